@@ -1,0 +1,173 @@
+"""Dataset objects, the dataset registry and seeded, disjoint victim/attacker splits.
+
+A loader turns files on disk into a :class:`Dataset` (all usable records plus what is known about
+them). :func:`make_splits` then cuts four disjoint parts from it for one run:
+
+* ``victim_train`` / ``victim_test`` — the user's data: the defense is fitted on the first, utility is
+  measured and the release is attacked on the second;
+* ``attacker_train`` / ``attacker_valid`` — the adversary's auxiliary data: attacks train on the
+  first and select epochs or thresholds on the second. Never the victim's test split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from rapt_audit.errors import DataError
+from rapt_audit.registry import Registry
+from rapt_audit.types import AttackerData, Record
+
+#: Environment variable naming the data directory (``--data-dir`` takes precedence).
+DATA_ENV = "RAPT_AUDIT_DATA"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A loaded dataset.
+
+    Attributes:
+        name: Registry name (``"sst2"``).
+        records: Every usable record, in a deterministic order.
+        label_names: Names of the task labels by index (empty when there is no task).
+        task: One line naming the task (``"binary sentiment"``), empty when there is none.
+        attribute_values: Private attribute name → its possible values, in a fixed order.
+        entity_labels: Entity types present in gold spans (empty when there are none).
+        fingerprint: sha256 over the source files' bytes (or the generator's parameters).
+        source: Where the data was read from.
+        synthetic: True for the generated demo corpus; every output must then say so.
+        notes: Facts to record in results (age bin edges, protocol names, caveats).
+    """
+
+    name: str
+    records: tuple[Record, ...]
+    label_names: tuple[str, ...] = ()
+    task: str = ""
+    attribute_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    entity_labels: tuple[str, ...] = ()
+    fingerprint: str = ""
+    source: str = ""
+    synthetic: bool = False
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_labels(self) -> bool:
+        """Whether every record carries a task label."""
+        return bool(self.records) and all(r.label is not None for r in self.records)
+
+    @property
+    def has_entities(self) -> bool:
+        """Whether the dataset has gold entity spans."""
+        return bool(self.entity_labels)
+
+
+@dataclass(frozen=True)
+class SplitSizes:
+    """How many records each part of a run gets (``None``: an equal share of what is left)."""
+
+    victim_train: int | None = None
+    victim_test: int | None = None
+    attacker_train: int | None = None
+    attacker_valid: int | None = None
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Four disjoint parts of one dataset for one run."""
+
+    victim_train: tuple[Record, ...]
+    victim_test: tuple[Record, ...]
+    attacker_train: tuple[Record, ...]
+    attacker_valid: tuple[Record, ...]
+
+    @property
+    def attacker(self) -> AttackerData:
+        """The adversary's auxiliary data."""
+        return AttackerData(self.attacker_train, self.attacker_valid)
+
+    def sizes(self) -> dict[str, int]:
+        """Part name → number of records (recorded in results)."""
+        return {name: len(getattr(self, name)) for name in ("victim_train", "victim_test", "attacker_train", "attacker_valid")}
+
+
+def assert_disjoint(*parts: Sequence[Record]) -> None:
+    """Raise if any uid occurs in more than one part (victim/attacker separation, DESIGN.md §5)."""
+    seen: dict[str, int] = {}
+    for index, part in enumerate(parts):
+        for record in part:
+            if seen.setdefault(record.uid, index) != index:
+                raise AssertionError(f"record {record.uid} is in two splits ({seen[record.uid]} and {index})")
+
+
+def make_splits(dataset: Dataset, sizes: SplitSizes, *, seed: int) -> Splits:
+    """Cut seeded, disjoint victim and attacker parts from ``dataset``.
+
+    Records are shuffled once with ``seed``, then parts are taken in a fixed order. Parts with an
+    explicit size get at most that many records; parts left at ``None`` share what remains equally.
+
+    Raises:
+        DataError: when the dataset cannot provide the requested sizes.
+    """
+    import numpy as np
+
+    order = np.random.default_rng(seed).permutation(len(dataset.records))
+    records = [dataset.records[i] for i in order]
+    names = ("victim_train", "victim_test", "attacker_train", "attacker_valid")
+    requested = {n: getattr(sizes, n) for n in names}
+    fixed = sum(v for v in requested.values() if v is not None)
+    open_parts = [n for n in names if requested[n] is None]
+    if fixed > len(records) or (open_parts and fixed >= len(records)):
+        raise DataError(
+            f"dataset {dataset.name!r} has {len(records)} records but the split sizes ask for {fixed} "
+            f"({', '.join(f'{n}={v}' for n, v in requested.items() if v is not None)}); "
+            "lower them with --set data.<part>=N or use a larger dataset")
+    share = (len(records) - fixed) // len(open_parts) if open_parts else 0
+    parts: dict[str, tuple[Record, ...]] = {}
+    start = 0
+    for n in names:
+        count = requested[n] if requested[n] is not None else share
+        parts[n] = tuple(records[start:start + count])
+        start += count
+    for n in ("victim_train", "victim_test", "attacker_train"):
+        if not parts[n]:
+            raise DataError(f"split {n} of dataset {dataset.name!r} is empty; give it a positive size")
+    splits = Splits(**parts)
+    assert_disjoint(splits.victim_train, splits.victim_test, splits.attacker_train, splits.attacker_valid)
+    return splits
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:
+    """``--data-dir`` if given, else ``$RAPT_AUDIT_DATA``, else ``None``."""
+    value = data_dir if data_dir not in (None, "") else os.environ.get(DATA_ENV)
+    return Path(value).expanduser() if value else None
+
+
+def require_file(root: Path | None, relative: str, *, dataset: str) -> Path:
+    """Return ``root/relative`` or raise a :class:`DataError` saying what is missing and where."""
+    if root is None:
+        raise DataError(
+            f"dataset {dataset!r} needs a data directory: pass --data-dir DIR or set {DATA_ENV}=DIR "
+            f"(DIR must contain {relative})")
+    path = root / relative
+    if not path.is_file():
+        raise DataError(f"dataset {dataset!r}: expected file {relative} under {root} but {path} does not exist")
+    return path
+
+
+def fingerprint_files(paths: Sequence[Path]) -> str:
+    """sha256 over the names and bytes of ``paths`` (the data fingerprint recorded in results)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode("utf-8"))
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+#: Loader signature: ``loader(data_dir) -> Dataset``.
+Loader = Callable[[Path | None], Dataset]
+
+#: Dataset name → loader.
+DATASETS: Registry[Loader] = Registry("dataset")

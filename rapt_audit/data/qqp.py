@@ -1,0 +1,63 @@
+"""Quora Question Pairs (``qqp``): the BiMPM 10k + 10k label-balanced dev/test subset.
+
+GLUE QQP was not obtainable (see ``qqp/SOURCE.md``); the shared data holds the BiMPM split instead:
+two header-less TSV files with the columns ``is_duplicate, question1, question2, pair_id``. The
+questions are CoreNLP-tokenised and kept exactly as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
+from rapt_audit.errors import DataError
+from rapt_audit.types import Record
+
+SPLITS = ("dev", "test")
+LABEL_NAMES = ("not_duplicate", "duplicate")
+
+
+def read_split(path: Path, split: str) -> list[Record]:
+    """Parse one BiMPM Quora TSV file into pair records with uids ``qqp/<split>/<row>``.
+
+    Raises:
+        DataError: when a row does not have four tab-separated columns and a 0/1 label.
+    """
+    records: list[Record] = []
+    lines = [x for x in path.read_text(encoding="utf-8").split("\n") if x.strip()]
+    for row, line in enumerate(lines):
+        parts = line.rstrip("\r").split("\t")
+        # No quoting in this format: a question never contains a tab, so a plain split is exact.
+        if len(parts) != 4 or parts[0] not in ("0", "1"):
+            raise DataError(f"{path}: row {row} is not 'is_duplicate<TAB>q1<TAB>q2<TAB>pair_id': {line[:80]!r}")
+        label, first, second, _pair_id = parts
+        if first.strip() and second.strip():
+            records.append(Record(uid=f"qqp/{split}/{row}", text=first, text_pair=second, label=int(label)))
+    return records
+
+
+@DATASETS.register("qqp", tags=("real", "task", "pair"))
+def load(data_dir: Path | None) -> Dataset:
+    """Quora question pairs, BiMPM dev + test (20,000 pairs, 50/50 duplicates).
+
+    Args:
+        data_dir: Directory holding ``qqp/dev.tsv`` and ``qqp/test.tsv``.
+    """
+    paths = [require_file(data_dir, f"qqp/{split}.tsv", dataset="qqp") for split in SPLITS]
+    records: list[Record] = []
+    counts: dict[str, int] = {}
+    for split, path in zip(SPLITS, paths):
+        part = read_split(path, split)
+        counts[split] = len(part)
+        records.extend(part)
+    return Dataset(
+        name="qqp",
+        records=tuple(records),
+        label_names=LABEL_NAMES,
+        task="paraphrase detection (duplicate question pairs)",
+        fingerprint=fingerprint_files(paths),
+        source=f"Quora Question Pairs, BiMPM dev + test split, from {paths[0].parent}",
+        notes={"split_counts": counts,
+               "caveats": "BiMPM subset, not GLUE QQP: CoreNLP-tokenised text and a label-balanced 50/50 "
+                          "split, so accuracy is not comparable to GLUE QQP numbers (about 37% duplicates)"},
+    )

@@ -1,0 +1,64 @@
+"""WikiText-2 (``wikitext2``): public general English from the valid and test files, as sentences.
+
+Used by denoisers and for attacker warm-up, never as private data: there are no labels or
+attributes. The shared copy is the tokenised ``wiki.*.tokens`` version (``<unk>``, `` @-@ ``
+markers are kept as they are). Headings (`` = Title = ``) and blank lines are dropped; each
+paragraph line is split into sentences at a standalone ``.``, ``?`` or ``!`` token (optionally
+followed by a closing ``"``) when the next token starts with a capital letter, a digit or
+``<unk>``. The tokeniser keeps abbreviations such as ``U.S.`` as single tokens, so this simple
+rule is rarely wrong and is fully deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
+from rapt_audit.types import Record
+
+SPLITS = ("valid", "test")
+_HEADING = re.compile(r"^ ?(= )+.*?( =)+ ?$")
+# A '"' right after the end token is taken as a closing quote and stays with its sentence.
+_SENTENCE_END = re.compile(r'(?<= [.?!]) (?=[A-Z0-9<])|(?<= [.?!] ") (?=[A-Z0-9<])')
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Split one tokenised WikiText paragraph into sentences (see the module docstring)."""
+    return [s for s in _SENTENCE_END.split(paragraph.strip()) if s.strip()]
+
+
+def read_split(path: Path, split: str) -> list[Record]:
+    """Records with uids ``wikitext2/<split>/<line>/<sentence>`` (0-based line and sentence numbers)."""
+    records: list[Record] = []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").split("\n")):
+        if not line.strip() or _HEADING.match(line):
+            continue
+        for k, sentence in enumerate(split_sentences(line)):
+            records.append(Record(uid=f"wikitext2/{split}/{line_no}/{k}", text=sentence))
+    return records
+
+
+@DATASETS.register("wikitext2", tags=("real", "public"))
+def load(data_dir: Path | None) -> Dataset:
+    """WikiText-2 valid + test paragraphs split into sentences (public text, no labels).
+
+    Args:
+        data_dir: Directory holding ``wikitext2/valid.txt`` and ``wikitext2/test.txt``.
+    """
+    paths = [require_file(data_dir, f"wikitext2/{split}.txt", dataset="wikitext2") for split in SPLITS]
+    records: list[Record] = []
+    counts: dict[str, int] = {}
+    for split, path in zip(SPLITS, paths):
+        part = read_split(path, split)
+        counts[split] = len(part)
+        records.extend(part)
+    return Dataset(
+        name="wikitext2",
+        records=tuple(records),
+        fingerprint=fingerprint_files(paths),
+        source=f"WikiText-2 (tokenised v1) valid + test from {paths[0].parent}",
+        notes={"split_counts": counts, "unit": "sentence",
+               "caveats": "tokenised text with <unk> and @-@ markers; train split missing (valid + test only, "
+                          "about 455k tokens); public Wikipedia text (CC BY-SA 3.0), not private data"},
+    )

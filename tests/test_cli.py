@@ -1,0 +1,108 @@
+"""End-to-end CLI runs (in process) and the bad-input contract: exit 2, a clear message, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rapt_audit.cli import main
+
+RUN = ["run", "--defense", "identity", "--attacks", "all", "--profile", "smoke", "--quiet"]
+
+
+def _result(out):
+    return json.loads((out / "result.json").read_text(encoding="utf-8"))
+
+
+def test_synthetic_run_writes_complete_result(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RAPT_AUDIT_DATA", raising=False)
+    out = tmp_path / "run"
+    assert main(RUN + ["--out", str(out)]) == 0
+    doc = _result(out)
+    assert doc["schema"] == "rapt-audit/result/1"
+    assert doc["dataset"]["name"] == "synthetic" and doc["dataset"]["synthetic"] is True
+    assert any("SYNTHETIC DEMO DATA" in w for w in doc["warnings"])
+    assert set(doc["utility"]) == {"accuracy", "macro_f1"}
+    for est in doc["utility"].values():
+        assert est["ci_low"] <= est["value"] <= est["ci_high"]
+    guess = doc["attacks"]["random_guess"]
+    assert 0.0 <= guess["empirical_privacy"]["value"] <= 1.0
+    # Random guessing from a unigram prior recovers few words: privacy must be far from 0.
+    assert guess["empirical_privacy"]["value"] > 0.8
+    for key in ("versions", "model_fingerprint", "data_fingerprint", "seed", "device", "wall_time_s"):
+        assert key in doc["env"]
+    assert doc["signature"].startswith("data:synthetic@")
+    printed = capsys.readouterr().out
+    assert "WARNING: SYNTHETIC DEMO DATA" in printed and "random_guess empirical privacy" in printed
+
+
+def test_rerun_reuses_and_other_run_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
+    first = (out / "result.json").read_bytes()
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
+    assert (out / "result.json").read_bytes() == first  # reused, not re-run
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out), "--seed", "9"]) == 2
+    assert "holds a different run" in capsys.readouterr().err
+    assert (out / "result.json").read_bytes() == first  # nothing lost
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--defense", "identiti"], "unknown defense 'identiti'. Did you mean 'identity'"),
+    (["--attacks", "random_gues"], "Did you mean 'random_guess'"),
+    (["--dataset", "sst"], "Did you mean 'sst2'"),
+    (["--set", "defense.eta=1"], "unknown parameter of defense 'identity' 'eta'"),
+    (["--set", "attacks.random_guess.topk=1"], "unknown parameter of attack 'random_guess'"),
+    (["--set", "seed=x"], "seed='x' is not an integer"),
+    (["--set", "data.victim_test=100000"], "lower them with --set data.<part>=N"),
+])
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, argv, message):
+    out = tmp_path / "run"
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out)] + argv) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_missing_data_files_are_named(tmp_path, capsys):
+    empty = tmp_path / "data"
+    empty.mkdir()
+    assert main(RUN + ["--dataset", "sst2", "--data-dir", str(empty), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "sst2" in err and str(empty) in err
+
+
+def test_out_dir_with_foreign_files_is_refused(tmp_path, capsys):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_corrupt_result_in_out_dir_is_named(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "result.json").write_text("{not json", encoding="utf-8")
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 2
+    assert "is corrupt" in capsys.readouterr().err
+
+
+def test_sst2_identity_run_on_real_data(tmp_path, data_dir):
+    out = tmp_path / "sst2"
+    assert main(RUN + ["--dataset", "sst2", "--data-dir", str(data_dir), "--out", str(out)]) == 0
+    doc = _result(out)
+    assert doc["dataset"]["synthetic"] is False and not doc["warnings"]
+    assert doc["dataset"]["splits"] == {"victim_train": 200, "victim_test": 100, "attacker_train": 200,
+                                        "attacker_valid": 100}
+    # A bag-of-words probe trained on 200 SST-2 sentences is better than chance but far from perfect.
+    assert 0.5 < doc["utility"]["accuracy"]["value"] < 0.95
+    assert "attribute_accuracy.gender" not in doc["attacks"]["random_guess"]["metrics"]
+
+
+def test_ls_lists_plugins(capsys):
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out
+    for name in ("identity", "random_guess", "synthetic", "sst2", "empirical_privacy"):
+        assert name in out

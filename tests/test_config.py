@@ -1,0 +1,91 @@
+"""Configuration precedence, --set parsing and typed plugin parameters."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+from rapt_audit.config import build_config, parse_set, profile_split_sizes
+from rapt_audit.errors import UnknownNameError, UsageError
+from rapt_audit.params import coerce, get_params, make_plugin
+from rapt_audit.registry import Registry
+
+
+def test_precedence_defaults_file_cli_set(tmp_path):
+    file = tmp_path / "run.toml"
+    file.write_text('defense = "t2t"\nseed = 3\nprofile = "smoke"\n[defense_args]\neta = 50\n', encoding="utf-8")
+    config = build_config(file=file, cli={"seed": 5}, sets=["eta=75", "data.victim_test=40"])
+    assert config.defense == "t2t"          # file beats default
+    assert config.seed == 5                 # CLI beats file
+    assert config.profile == "smoke"        # file kept where CLI is silent
+    assert config.defense_args == {"eta": "75"}  # --set beats file; typed when the plugin is built
+    assert config.data_args == {"victim_test": 40}
+    assert build_config().profile == "cpu" and build_config().attacks == "all"
+
+
+def test_unknown_keys_name_the_valid_ones(tmp_path):
+    file = tmp_path / "run.json"
+    file.write_text('{"defnese": "t2t"}', encoding="utf-8")
+    with pytest.raises(UnknownNameError, match="Did you mean 'defense'"):
+        build_config(file=file)
+    with pytest.raises(UnknownNameError, match="Valid data key names: attacker_train, attacker_valid, victim_test, victim_train"):
+        build_config(sets=["data.victim_tset=3"])
+    with pytest.raises(UsageError, match="expects key=value"):
+        parse_set(["eta"])
+    with pytest.raises(UsageError, match="seed='three' is not an integer"):
+        build_config(sets=["seed=three"])
+
+
+def test_bad_config_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("defense = ", encoding="utf-8")
+    with pytest.raises(UsageError, match="not valid TOML"):
+        build_config(file=bad)
+    with pytest.raises(UsageError, match="does not exist"):
+        build_config(file=tmp_path / "missing.toml")
+
+
+def test_coerce_types():
+    assert coerce("inf", float, key="eta") == math.inf
+    assert coerce("1e2", float, key="eta") == 100.0
+    assert coerce("true", bool, key="x") is True
+    assert coerce("none", int | None, key="x") is None
+    assert coerce("NOUN, VERB", tuple[str, ...], key="pos") == ("NOUN", "VERB")
+    with pytest.raises(UsageError, match="eta='abc' is not a number"):
+        coerce("abc", float, key="eta")
+    with pytest.raises(UsageError, match="is not an integer"):
+        coerce(True, int, key="n")
+
+
+@dataclass
+class _Toy:
+    name: ClassVar[str] = "toy"
+    eta: float = 1.0
+    layers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.eta <= 0:
+            raise ValueError(f"eta must be positive, got {self.eta}")
+
+
+def test_make_plugin_checks_keys_and_values():
+    reg: Registry[type] = Registry("defense")
+    reg.add("toy", _Toy)
+    built = make_plugin(reg, "toy", {"eta": "2.5", "layers": "4"})
+    assert (built.eta, built.layers) == (2.5, 4)
+    assert get_params(built) == {"eta": 2.5, "layers": 4}
+    with pytest.raises(UnknownNameError, match="Valid parameter of defense 'toy' names: eta, layers"):
+        make_plugin(reg, "toy", {"etta": 1})
+    with pytest.raises(UsageError, match="defense 'toy': eta must be positive"):
+        make_plugin(reg, "toy", {"eta": "-1"})
+
+
+def test_profile_sizes_shrink_for_small_datasets():
+    assert profile_split_sizes("smoke", 10_000, {}) == {"victim_train": 200, "victim_test": 100,
+                                                        "attacker_train": 200, "attacker_valid": 100}
+    shrunk = profile_split_sizes("cpu", 600, {})
+    assert sum(shrunk.values()) <= 600 and shrunk["victim_train"] == 240
+    assert profile_split_sizes("cpu", 600, {"victim_test": 50})["victim_test"] == 50
