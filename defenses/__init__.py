@@ -1,3 +1,3 @@
 """Built-in defenses; importing this package registers them (``rapt_audit.defenses``)."""
 
-from rapt_audit.defenses import identity  # noqa: F401
+from rapt_audit.defenses import embedding, identity, pct2t, t2t  # noqa: F401

@@ -26,7 +26,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     S = argparse.SUPPRESS  # only flags the user typed reach the config (defaults < file < CLI)
     p.add_argument("--defense", default=S, help="defense name (rapt-audit ls defenses)")
     p.add_argument("--attacks", default=S, help="selection: all | a,b | tag:x | -name (default all)")
-    p.add_argument("--dataset", default=S, help="dataset name (default trustpilot with data, else synthetic)")
+    p.add_argument("--dataset", default=S, help="dataset name (default sst2 with a data directory, else synthetic)")
     p.add_argument("--model", default=S, help="minilm (bundled), a Hugging Face id or a local directory")
     p.add_argument("--profile", default=S, choices=["smoke", "cpu", "paper"], help="cost profile (default cpu)")
     p.add_argument("--seed", default=S, type=int, help="run seed (default 0)")
@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("ls", help="list defenses, attacks, datasets or metrics")
     ls.add_argument("kind", nargs="?", default="all", choices=["all", "defenses", "attacks", "datasets", "metrics"])
     _add_run(sub)
+    from rapt_audit.calibrate_cmd import add_parser as add_calibrate
+
+    add_calibrate(sub)
     return parser
 
 
@@ -114,7 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rapt-audit`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    commands = {"ls": cmd_ls, "run": cmd_run}
+    from rapt_audit.calibrate_cmd import cmd_calibrate
+
+    commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate}
     try:
         return commands[args.command](args)
     except RaptAuditError as exc:

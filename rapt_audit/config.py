@@ -42,7 +42,7 @@ class RunConfig:
     Attributes:
         defense: Registered defense name.
         attacks: Attack selection spec (``all``, ``a,b``, ``tag:x``, ``-name``).
-        dataset: Registered dataset name; ``None`` picks ``trustpilot`` when a data directory is
+        dataset: Registered dataset name; ``None`` picks ``sst2`` when a data directory is
             configured and the synthetic demo corpus otherwise.
         model: ``minilm`` (bundled), a Hugging Face id or a local directory.
         profile: ``smoke``, ``cpu`` or ``paper``.

@@ -48,6 +48,7 @@ class RunContext:
         model: The model spec (``"minilm"``, a Hugging Face id, or a local path).
         cache_dir: Where expensive intermediate results are cached on disk.
         progress: Whether to show progress bars.
+        data_dir: The configured data directory (``None``: ``$RAPT_AUDIT_DATA`` or none).
     """
 
     seed: int = 0
@@ -56,6 +57,7 @@ class RunContext:
     model: str = "minilm"
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "rapt-audit")
     progress: bool = False
+    data_dir: str | None = None
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     def seed_for(self, *key: object) -> int:

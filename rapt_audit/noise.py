@@ -152,9 +152,9 @@ def _check_float_dtype(dtype: Any) -> np.dtype:
 
 def _check_matrix(x: Any) -> np.ndarray:
     x = np.asarray(x)
-    if x.ndim != 2 or x.dtype.kind != "f" or x.shape[1] < 1:
+    if x.ndim != 2 or x.dtype not in (np.float32, np.float64) or x.shape[1] < 1:
         raise ValueError(
-            f"x must be a 2-D floating-point array of shape (n, d) with d >= 1, "
+            f"x must be a 2-D float32 or float64 array of shape (n, d) with d >= 1, "
             f"but has shape {x.shape} and dtype {x.dtype}."
         )
     if not np.isfinite(x).all():
@@ -222,7 +222,7 @@ def dchi_noise(n: int, d: int, eta: float, rng: np.random.Generator, dtype: Any 
     if math.isinf(eta):
         return np.zeros((n, d), dtype=dt)
     scale = 1.0 / eta
-    if not math.isfinite(d * scale) or d * scale > np.finfo(dt).max:
+    if not d * scale <= float(np.finfo(dt).max):  # also False for inf
         raise PrivacyParameterError(f"eta is too small for d={d}: the mean noise norm d/eta overflows {dt} (eta = {eta!r}).")
 
     g = rng.standard_normal((n, d), dtype=dt)
@@ -233,11 +233,10 @@ def dchi_noise(n: int, d: int, eta: float, rng: np.random.Generator, dtype: Any 
         g[zero] = rng.standard_normal((zero.size, d), dtype=dt)
         norm[zero] = _row_norms(g[zero])
         zero = zero[norm[zero] == 0]
-    with np.errstate(over="ignore"):  # an overflow to inf is reported just below
-        factor = (radius / norm).astype(dt)
-    if not np.isfinite(factor).all():
+    # |z_j| <= radius, so a radius representable in dtype keeps every coordinate finite.
+    if not (radius <= float(np.finfo(dt).max)).all():
         raise PrivacyParameterError(f"eta is too small: a noise radius overflows {dt} (eta = {eta!r}, d = {d}).")
-    g *= factor[:, None]  # in place: no second n x d temporary
+    g *= (radius / norm).astype(dt)[:, None]  # in place: no second n x d temporary
     return g
 
 
@@ -264,7 +263,8 @@ def privatize_vectors(x: np.ndarray, eta: Any, rng: np.random.Generator) -> np.n
     x = _check_matrix(x)
     eta = check_eta(eta)
     out = dchi_noise(x.shape[0], x.shape[1], eta, rng, dtype=x.dtype)
-    out += x
+    with np.errstate(over="ignore", invalid="ignore"):  # reported just below, with a reason
+        out += x
     if not np.isfinite(out).all():
         raise ValueError(
             f"privatized vectors are not finite (eta = {eta!r}, d = {x.shape[1]}); refusing to release "
@@ -329,7 +329,8 @@ def privatize_laplace(x: np.ndarray, epsilon: Any, sensitivity: Any, rng: np.ran
             f"sensitivity/epsilon must be finite, but is {scale!r} (sensitivity = {sensitivity!r}, epsilon = {epsilon!r})."
         )
     out = laplace_noise(x.shape, scale, rng)
-    out += x
+    with np.errstate(over="ignore", invalid="ignore"):  # reported just below
+        out += x
     if not np.isfinite(out).all():
         raise ValueError(f"privatized vectors are not finite (scale = {scale!r}); refusing to release them.")
     return out

@@ -180,7 +180,9 @@ def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, 
     import hashlib
 
     attack_hash = hashlib.sha256(json.dumps(attacks, sort_keys=True).encode("utf-8")).hexdigest()[:8]
-    sizes = "/".join(str(split_sizes[k]) for k in sorted(split_sizes))
+    # Victim train/test, then attacker train/valid: the order the README documents.
+    order = ("victim_train", "victim_test", "attacker_train", "attacker_valid")
+    sizes = "/".join(str(split_sizes.get(k, 0)) for k in order)
     minor = ".".join(package_version.split(".")[:2])
     return (f"data:{dataset}@{data_fingerprint[:8]}|splits:{sizes}|model:{model}@{model_fingerprint[:8]}"
             f"|profile:{profile}|attacks:{attack_hash}|v:{minor}")

@@ -44,10 +44,14 @@ class Plan:
 
 
 def default_dataset(config: RunConfig) -> str:
-    """The dataset a run uses when none is named: real Trustpilot data if configured, else synthetic."""
+    """The dataset a run uses when none is named: SST-2 if a data directory is configured, else synthetic.
+
+    SST-2 is the real default because it supports both utility (sentiment) and the inversion and
+    NER attacks; the Trustpilot subset we have carries private attributes but no task label.
+    """
     if config.dataset:
         return config.dataset
-    return "trustpilot" if resolve_data_dir(config.data_dir) is not None else "synthetic"
+    return "sst2" if resolve_data_dir(config.data_dir) is not None else "synthetic"
 
 
 def _plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +135,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     from rapt_audit.models import resolve_device
 
     ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
-                     model=config.model, cache_dir=_cache_dir(), progress=progress)
+                     model=config.model, cache_dir=_cache_dir(), progress=progress, data_dir=config.data_dir)
     dataset = checked.dataset
     sizes = profile_split_sizes(config.profile, len(dataset.records), config.data_args)
     splits = make_splits(dataset, SplitSizes(**sizes), seed=ctx.seed_for("splits"))

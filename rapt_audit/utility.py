@@ -29,7 +29,7 @@ def require_labels(records: Sequence[Record], *, split: str) -> np.ndarray:
     missing = sum(r.label is None for r in records)
     if missing:
         raise DataError(f"{missing} of {len(records)} records in the {split} split have no task label; "
-                        "utility needs a labelled dataset (sst2, qqp, trustpilot, synthetic)")
+                        "utility needs a labelled dataset (sst2, qqp, synthetic)")
     return np.array([r.label for r in records])
 
 

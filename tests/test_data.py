@@ -208,6 +208,7 @@ def test_conll2003_counts_and_spans() -> None:
         mentions.update((split, s.label) for s in record.entities)
     assert tokens == {"train": 203621, "valid": 51362, "test": 46435}
     assert [mentions[("train", t)] for t in ("PER", "LOC", "ORG", "MISC")] == [6600, 7140, 6321, 3438]
+    assert [mentions[("valid", t)] for t in ("PER", "LOC", "ORG", "MISC")] == [1842, 1837, 1341, 922]
     assert [mentions[("test", t)] for t in ("PER", "LOC", "ORG", "MISC")] == [1617, 1668, 1661, 702]
     first, second = dataset.records[0], dataset.records[1]
     assert first.uid == "conll2003/train/0" and first.text == "EU rejects German call to boycott British lamb ."

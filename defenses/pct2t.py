@@ -1,0 +1,59 @@
+"""PCT2T: RAPT's part-of-speech constrained text-to-text privatization."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+import numpy as np
+
+from rapt_audit.context import RunContext
+from rapt_audit.plugins import DEFENSES
+from rapt_audit.pos import DEFAULT_CATEGORIES, category_of, resolve_categories
+from rapt_audit.calibration import ReplacementCount
+from rapt_audit.text_defense import TextDefense
+
+
+@DEFENSES.register("pct2t", tags=("text", "dchi", "pos"))
+@dataclass
+class PCT2TDefense(TextDefense):
+    """PCT2T (Li, Tan, Branco, Liu, RAPT v3 Sec. III-A2): dχ word replacement within POS categories.
+
+    Words are tagged with spaCy's tagger. Only words in the selected categories are perturbed: a
+    word's vector is the mean of its sub-token embeddings, receives dχ noise, and is replaced by the
+    nearest candidate word **of the same category** (candidate lexicons come from the model
+    vocabulary, tagged in isolation; never from the protected data). Words in other categories are
+    released unchanged, in the clear: that is the method's utility/privacy trade (RAPT Sec. V-E).
+    Categories: noun (incl. proper nouns), verb, pronoun, preposition (RAPT's default), adjective,
+    adverb, determiner, conjunction, symbol, numeral, auxiliary, particle, interjection,
+    punctuation, other, or ``all``.
+    """
+
+    name: ClassVar[str] = "pct2t"
+    categories: tuple[str, ...] = DEFAULT_CATEGORIES
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.categories = resolve_categories(self.categories)
+
+    def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
+                  ctx: RunContext) -> tuple[list[str], ReplacementCount]:
+        """Tag, perturb the selected words within their category, and rebuild each text."""
+        from rapt_audit.engines import tagger, word_engine
+        from rapt_audit.pos import tag_texts
+
+        tagged = tag_texts(tagger(ctx), texts)
+        selected = set(self.categories)
+        words, groups, where = [], [], []
+        for t, sentence in enumerate(tagged):
+            for w, word in enumerate(sentence):
+                category = category_of(word.upos)
+                if category in selected:
+                    words.append(word.text)
+                    groups.append(category)
+                    where.append((t, w))
+        released, count = word_engine(ctx, "pos").privatize_words(words, groups, eta=eta, rng=rng)
+        replaced = dict(zip(where, released))
+        out = ["".join(replaced.get((t, w), word.text) + word.whitespace for w, word in enumerate(sentence))
+               for t, sentence in enumerate(tagged)]
+        return out, count

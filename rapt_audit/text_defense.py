@@ -1,0 +1,138 @@
+"""Shared behaviour of the text-to-text defenses (T2T, PCT2T, RAPT's user side).
+
+A text defense privatizes every text the user sends: the training texts the service customizes
+on (``fit``) and the test texts it answers (``release``; users privatize at inference too, RAPT
+Sec. III). Utility is therefore measured on privatized train and privatized test text, and the
+test release the eavesdropper sees is the very text the service classifies.
+
+Privacy is set by ``eta`` or, equivalently, by a target word-replacement probability
+``replacement``, which is turned into η by calibration on public text (never the victim's data).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from rapt_audit.calibration import ReplacementCount, check_target, find_eta
+from rapt_audit.context import RunContext
+from rapt_audit.noise import check_eta
+from rapt_audit.types import Estimate, Record, Release
+from rapt_audit.utility import bow_probe_utility, pair_text, require_labels
+
+#: Sentences of public text used to calibrate η, per profile.
+CALIBRATION_SENTENCES = {"smoke": 150, "cpu": 1000, "paper": 5000}
+
+
+def public_corpus(ctx: RunContext) -> tuple[str, list[str]]:
+    """Public calibration text: WikiText-2 from the data directory when present, else the demo corpus."""
+    from rapt_audit.data import load_dataset
+    from rapt_audit.errors import DataError
+
+    limit = CALIBRATION_SENTENCES.get(ctx.profile, 1000)
+    try:
+        dataset = load_dataset("wikitext2", ctx.data_dir)
+    except DataError:
+        dataset = load_dataset("synthetic")
+    rng = np.random.default_rng(ctx.seed_for("calibration-corpus"))
+    records = dataset.records
+    picked = rng.choice(len(records), size=min(limit, len(records)), replace=False)
+    return dataset.name, [records[i].text for i in sorted(picked)]
+
+
+def uid_key(records: Sequence[Record]) -> int:
+    """A stable key of a set of records, so each distinct batch gets its own noise stream."""
+    return zlib.crc32("\n".join(r.uid for r in records).encode("utf-8"))
+
+
+@dataclass
+class TextDefense:
+    """Base class of text defenses; subclasses implement :meth:`privatize` and set ``name``.
+
+    Attributes:
+        eta: dχ privacy parameter (> 0; ``inf`` means no privacy).
+        replacement: If set, a target word-replacement probability in (0, 1) that overrides
+            ``eta``: η is calibrated on public text at fit time and recorded in the release.
+    """
+
+    name: ClassVar[str] = "text"
+    exposes: ClassVar[frozenset[str]] = frozenset({"texts"})
+    profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    eta: float = 100.0
+    replacement: float | None = None
+    _eta: float | None = field(default=None, init=False, repr=False)
+    _calibration: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
+    _released: dict[int, tuple[list[str], ReplacementCount]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.eta = check_eta(self.eta)
+        if self.replacement is not None:
+            self.replacement = check_target(self.replacement)
+
+    def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
+                  ctx: RunContext) -> tuple[list[str], ReplacementCount]:
+        """Privatize ``texts`` at ``eta``; return the released texts and the replacement count."""
+        raise NotImplementedError
+
+    def replacement_count(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
+                          ctx: RunContext) -> ReplacementCount:
+        """How many units of ``texts`` the mechanism replaces at ``eta`` (for calibration)."""
+        return self.privatize(texts, eta=eta, rng=rng, ctx=ctx)[1]
+
+    def effective_eta(self, ctx: RunContext) -> float:
+        """η in force: ``eta``, or the η calibrated for ``replacement`` (computed once)."""
+        if self._eta is None:
+            if self.replacement is None:
+                self._eta = self.eta
+            else:
+                corpus_name, texts = public_corpus(ctx)
+                seed = ctx.seed_for("calibration", self.name)
+                self._eta = find_eta(lambda eta, rng: self.replacement_count(texts, eta=eta, rng=rng, ctx=ctx),
+                                     self.replacement, seed=seed)
+                self._calibration = {"target_replacement": self.replacement, "calibrated_eta": self._eta,
+                                     "calibration_corpus": corpus_name, "calibration_sentences": len(texts)}
+        return self._eta
+
+    def fit(self, train: Sequence[Record], *, ctx: RunContext) -> TextDefense:
+        """Resolve η and remember the training records (privatized lazily for utility)."""
+        self.effective_eta(ctx)
+        self._train = tuple(train)
+        return self
+
+    def _privatize_records(self, records: Sequence[Record], ctx: RunContext) -> tuple[list[str], ReplacementCount]:
+        key = uid_key(records)
+        if key not in self._released:
+            rng = ctx.rng("release", self.name, key)
+            eta = self.effective_eta(ctx)
+            texts, count = self.privatize([r.text for r in records], eta=eta, rng=rng, ctx=ctx)
+            pairs = [r.text_pair for r in records]
+            if any(p is not None for p in pairs):
+                pair_texts, pair_count = self.privatize([p or "" for p in pairs], eta=eta, rng=rng, ctx=ctx)
+                count.add(pair_count)
+                texts = [pair_text(t, p if r.text_pair is not None else None)
+                         for t, p, r in zip(texts, pair_texts, records)]
+            self._released = {key: (texts, count)} | {k: v for k, v in list(self._released.items())[-3:]}
+        return self._released[key]
+
+    def release(self, records: Sequence[Record], *, ctx: RunContext) -> Release:
+        """The privatized texts (deterministic for a given run seed and set of records)."""
+        texts, count = self._privatize_records(records, ctx)
+        eta = self.effective_eta(ctx)
+        meta = {"mechanism": self.name, "eta": "inf" if math.isinf(eta) else eta,
+                "observed_replacement": None if math.isnan(count.rate) else count.rate,
+                "units_perturbed": count.perturbed, "units_dropped": count.dropped, **self._calibration}
+        return Release(uids=[r.uid for r in records], texts=texts, meta=meta)
+
+    def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
+        """Bag-of-words probe trained on privatized train text, tested on the privatized test release."""
+        y_train = require_labels(self._train, split="victim_train")
+        y_test = require_labels(test, split="victim_test")
+        train_texts, _ = self._privatize_records(self._train, ctx)
+        test_texts, _ = self._privatize_records(test, ctx)
+        return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", self.name))

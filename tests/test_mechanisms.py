@@ -1,0 +1,152 @@
+"""T2T, PCT2T and token-embedding privatization on the real bundled model.
+
+Property checks from the mechanism issue: replacement probability falls with η and is exactly 0
+at η = ∞; PCT2T keeps every word's POS category and never touches unselected words; special tokens
+are never emitted; empty and unknown input follow the documented policies; bad η fails clearly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rapt_audit.context import RunContext
+from rapt_audit.errors import DataError, UnknownNameError, UsageError
+from rapt_audit.params import make_plugin
+from rapt_audit.plugins import DEFENSES, load
+from rapt_audit.types import Record
+
+load()
+
+SENTENCES = [
+    "She booked a flight to Paris with her brother on Monday.",
+    "The manager at Acme Corp refused my refund and I am furious.",
+    "I loved this charming little cafe near the river.",
+    "We walked from the station to the museum in the rain.",
+    "He told me that the doctor had moved to London last year.",
+    "Our team sold twelve bikes before lunch.",
+] * 5
+
+
+@pytest.fixture(scope="module")
+def mctx(tmp_path_factory) -> RunContext:
+    """One context for the module, so the model, tables and tagger load once."""
+    return RunContext(seed=3, profile="smoke", device="cpu", cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def _defense(name: str, **args):
+    return make_plugin(DEFENSES, name, args)
+
+
+def _records(texts):
+    return [Record(uid=f"t/{i}", text=t, label=i % 2) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize("name", ["t2t", "pct2t", "embedding"])
+def test_replacement_falls_with_eta_and_is_zero_at_infinity(name, mctx):
+    defense = _defense(name)
+    rates = []
+    for eta in (10.0, 100.0, 200.0, math.inf):
+        count = defense.replacement_count(SENTENCES, eta=eta, rng=np.random.default_rng(0), ctx=mctx)
+        rates.append(count.rate)
+    assert rates[-1] == 0.0
+    assert rates[0] > 0.9  # eta = 10 on 384-d MiniLM: noise norm ~38, far beyond word spacing
+    assert rates[0] >= rates[1] >= rates[2] >= rates[3], rates
+
+
+def test_t2t_never_emits_special_tokens(mctx):
+    from rapt_audit.engines import token_engine
+
+    engine = token_engine(mctx)
+    texts = ["[CLS] hello [SEP] [MASK] world [PAD] 🎉 ☃ naïve"] * 20
+    out, rows, _ = engine.privatize_texts(texts, eta=20.0, rng=np.random.default_rng(1))
+    emitted = set(engine.space.token_ids[np.concatenate(rows)].tolist())
+    assert not emitted & set(engine.space.excluded_ids)
+    for text in out:
+        for special in ("[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]", "[unused"):
+            assert special not in text
+
+
+def test_unknown_input_policies(mctx):
+    from rapt_audit.engines import token_engine
+
+    engine = token_engine(mctx)
+    text = ["party 🎉 time"]
+    kept, rows, _ = engine.privatize_texts(text, eta=1e4, rng=np.random.default_rng(2), unk_policy="privatize")
+    assert len(rows[0]) == 3 and "[UNK]" not in kept[0]  # the emoji became a regular token
+    dropped, rows, _ = engine.privatize_texts(text, eta=1e4, rng=np.random.default_rng(2), unk_policy="drop")
+    assert len(rows[0]) == 2 and dropped[0] == "party time"  # eta 1e4: words survive, the emoji is gone
+    with pytest.raises(DataError, match="outside the regular vocabulary"):
+        engine.privatize_texts(text, eta=100.0, rng=np.random.default_rng(2), unk_policy="error")
+
+
+def test_empty_text_gives_empty_release(mctx):
+    for name in ("t2t", "pct2t", "embedding"):
+        defense = _defense(name).fit(_records(["a b"]), ctx=mctx)
+        release = defense.release([Record(uid="e/0", text="")], ctx=mctx)
+        if release.texts is not None:
+            assert release.texts == ("",)
+        else:
+            assert release.token_embeddings[0].shape == (0, 384)
+
+
+def test_pct2t_keeps_categories_and_leaves_other_words_alone(mctx):
+    from rapt_audit.engines import pos_groups, tagger
+    from rapt_audit.pos import category_of, tag_texts
+
+    defense = _defense("pct2t", categories="noun,verb")
+    out, count = defense.privatize(SENTENCES, eta=50.0, rng=np.random.default_rng(4), ctx=mctx)
+    assert count.rate > 0.5
+    groups = pos_groups(mctx)
+    from rapt_audit.vocab import embedding_space
+
+    tokens = embedding_space(mctx).tokens
+    lexicon = {cat: {tokens[r] for r in rows} for cat, rows in groups.items()}
+    before = tag_texts(tagger(mctx), SENTENCES)
+    # Rebuild the per-word outputs: same tokenisation, so split on the original whitespace layout.
+    for original_words, released in zip(before, out):
+        pos = 0
+        for word in original_words:
+            category = category_of(word.upos)
+            if category in ("noun", "verb"):
+                end = released.index(word.whitespace, pos) if word.whitespace else len(released)
+                new_word = released[pos:end]
+                assert new_word in lexicon[category], (word.text, new_word, category)
+            else:
+                new_word = word.text
+                assert released[pos:pos + len(new_word)] == new_word  # untouched, in place
+            pos += len(new_word) + len(word.whitespace)
+
+
+def test_release_is_seeded_and_distinct_per_record_set(mctx):
+    defense = _defense("t2t", eta=60.0).fit(_records(SENTENCES[:4]), ctx=mctx)
+    a = defense.release(_records(SENTENCES[:6]), ctx=mctx)
+    b = _defense("t2t", eta=60.0).fit(_records(SENTENCES[:4]), ctx=mctx).release(_records(SENTENCES[:6]), ctx=mctx)
+    assert a.texts == b.texts
+    other = RunContext(seed=4, profile="smoke", device="cpu", cache_dir=mctx.cache_dir)
+    c = _defense("t2t", eta=60.0).fit(_records(SENTENCES[:4]), ctx=other).release(_records(SENTENCES[:6]), ctx=other)
+    assert a.texts != c.texts
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "-inf", "abc", "1e-310"])
+def test_bad_eta_is_a_usage_error(bad):
+    with pytest.raises(UsageError, match="eta"):
+        make_plugin(DEFENSES, "t2t", {"eta": bad})
+
+
+def test_unknown_pos_category_lists_valid_ones():
+    with pytest.raises(UnknownNameError, match="Did you mean 'noun'.*Valid POS category names"):
+        make_plugin(DEFENSES, "pct2t", {"categories": "nuon,verb"})
+
+
+def test_replacement_target_is_met(mctx):
+    defense = _defense("t2t", replacement=0.5)
+    eta = defense.effective_eta(mctx)
+    assert 30 < eta < 400
+    from rapt_audit.text_defense import public_corpus
+
+    _, texts = public_corpus(mctx)
+    check = defense.replacement_count(texts, eta=eta, rng=np.random.default_rng(99), ctx=mctx)
+    assert abs(check.rate - 0.5) < 0.05  # fresh noise: within sampling error of the target
