@@ -9,7 +9,7 @@ import numpy as np
 
 from rapt_audit.context import RunContext
 from rapt_audit.plugins import DEFENSES
-from rapt_audit.pos import DEFAULT_CATEGORIES, category_of, resolve_categories
+from rapt_audit.pos import DEFAULT_CATEGORIES, TaggedWord, category_of, resolve_categories
 from rapt_audit.calibration import ReplacementCount
 from rapt_audit.text_defense import TextDefense
 
@@ -36,9 +36,9 @@ class PCT2TDefense(TextDefense):
         super().__post_init__()
         self.categories = resolve_categories(self.categories)
 
-    def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
-                  ctx: RunContext) -> tuple[list[str], ReplacementCount]:
-        """Tag, perturb the selected words within their category, and rebuild each text."""
+    def privatize_words(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator, ctx: RunContext
+                        ) -> tuple[list[list[TaggedWord]], list[list[str]], ReplacementCount]:
+        """Tag ``texts`` and return, per text, the tagged words and the released word for each."""
         from rapt_audit.engines import tagger, word_engine
         from rapt_audit.pos import tag_texts
 
@@ -53,7 +53,15 @@ class PCT2TDefense(TextDefense):
                     groups.append(category)
                     where.append((t, w))
         released, count = word_engine(ctx, "pos").privatize_words(words, groups, eta=eta, rng=rng)
-        replaced = dict(zip(where, released))
-        out = ["".join(replaced.get((t, w), word.text) + word.whitespace for w, word in enumerate(sentence))
-               for t, sentence in enumerate(tagged)]
+        out = [[word.text for word in sentence] for sentence in tagged]
+        for (t, w), new in zip(where, released):
+            out[t][w] = new
+        return tagged, out, count
+
+    def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
+                  ctx: RunContext) -> tuple[list[str], ReplacementCount]:
+        """Tag, perturb the selected words within their category, and rebuild each text."""
+        tagged, released, count = self.privatize_words(texts, eta=eta, rng=rng, ctx=ctx)
+        out = ["".join(new + word.whitespace for word, new in zip(sentence, words))
+               for sentence, words in zip(tagged, released)]
         return out, count

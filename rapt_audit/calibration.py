@@ -81,21 +81,31 @@ def check_target(target: float) -> float:
     return float(target)
 
 
-def find_eta(counter: Counter, target: float, *, seed: int, low: float = 0.1, high: float = 1e5,
-             iterations: int = 24) -> float:
+def find_eta(counter: Counter, target: float, *, seed: int, start: float = 100.0, iterations: int = 12) -> float:
     """The η whose measured replacement probability is closest to ``target`` (bisection on log η).
 
+    The bracket grows geometrically from ``start`` until it contains the target (so no time is
+    spent at absurdly small η, where every candidate is equally far and search is slowest), then
+    ``iterations`` bisection steps narrow it to a factor of about ``2**(-iterations)`` in log η.
+
     Raises:
-        UsageError: when ``target`` is unreachable within ``[low, high]``.
+        UsageError: when ``target`` is unreachable for η between 1e-3 and 1e7.
     """
     target = check_target(target)
 
     def rate(eta: float) -> float:
         return counter(eta, np.random.default_rng(seed)).rate
 
-    lo, hi = math.log(low), math.log(high)
-    if rate(math.exp(lo)) < target or rate(math.exp(hi)) > target:
-        raise UsageError(f"replacement={target} is not reachable for eta in [{low}, {high}]")
+    lo = hi = math.log(start)
+    step = math.log(4.0)
+    while rate(math.exp(lo)) < target:  # too few replacements: more noise, smaller eta
+        lo -= step
+        if lo < math.log(1e-3):
+            raise UsageError(f"replacement={target} is not reachable: even eta=1e-3 replaces less")
+    while rate(math.exp(hi)) > target:
+        hi += step
+        if hi > math.log(1e7):
+            raise UsageError(f"replacement={target} is not reachable: even eta=1e7 replaces more")
     for _ in range(iterations):
         mid = (lo + hi) / 2
         if rate(math.exp(mid)) > target:

@@ -77,7 +77,10 @@ class RunContext:
         return self._memo[key]
 
     def encoder(self) -> LoadedModel:
-        """The run's pretrained encoder and tokenizer, loaded once (offline) and shared."""
+        """The run's pretrained encoder and tokenizer, loaded once per process (offline) and shared.
+
+        Treat it as read-only: plugins that train an encoder must copy it first.
+        """
         from rapt_audit.models import load_model
 
         return self.shared(("encoder", self.model, self.device), lambda: load_model(self.model, device=self.device))

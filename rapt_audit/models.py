@@ -8,6 +8,7 @@ too. Loading never reaches a hub unless the user explicitly allows it with
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -114,9 +115,18 @@ def resolve_device(device: str) -> str:
 def load_model(spec: str = "minilm", *, device: str = "cpu") -> LoadedModel:
     """Load tokenizer and encoder for ``spec`` on ``device``, without network access.
 
+    The loaded model is cached per process and shared by every run and plugin in it, so it is
+    **read-only**: a plugin that trains the encoder (fine-tuning, PEFT) must load or copy its own
+    (``copy.deepcopy(loaded.model)`` or ``AutoModel.from_pretrained(loaded.path)``).
+
     Raises:
         ModelError: with instructions when the weights cannot be found offline.
     """
+    return _load_model_cached(spec, device)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_model_cached(spec: str, device: str) -> LoadedModel:
     enforce_offline()
     path = resolve_model_path(spec)
     from transformers import AutoModel, AutoTokenizer

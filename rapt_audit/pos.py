@@ -18,6 +18,7 @@ tagger version.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -109,8 +110,9 @@ def category_of(upos: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
 def load_tagger():  # noqa: ANN201 - spacy.Language
-    """spaCy's small English pipeline with only tok2vec and tagger enabled (offline)."""
+    """spaCy's small English pipeline with only tok2vec and tagger enabled (offline; cached per process)."""
     import spacy
 
     try:

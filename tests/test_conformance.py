@@ -65,7 +65,10 @@ def _same_release(a: Release, b: Release) -> bool:
 def test_attack_contract(name, ctx, synthetic_splits):
     attack = _build(ATTACKS, name)
     assert attack.requires and attack.requires <= RELEASE_KINDS
-    defense = _build(DEFENSES, "identity").fit(synthetic_splits.victim_train, ctx=ctx)
+    # Attack through the first defense (identity first) whose release the attack can read.
+    candidates = ["identity"] + [n for n in DEFENSES.names() if n != "identity"]
+    chosen = next(n for n in candidates if DEFENSES.get(n).exposes & attack.requires)
+    defense = _build(DEFENSES, chosen).fit(synthetic_splits.victim_train, ctx=ctx)
     assert attack.fit(synthetic_splits.attacker, defense, ctx=ctx) is attack
     release = defense.release(synthetic_splits.victim_test, ctx=ctx)
     outcome = attack.attack(release, synthetic_splits.victim_test, ctx=ctx)

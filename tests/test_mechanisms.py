@@ -93,31 +93,28 @@ def test_empty_text_gives_empty_release(mctx):
 
 
 def test_pct2t_keeps_categories_and_leaves_other_words_alone(mctx):
-    from rapt_audit.engines import pos_groups, tagger
-    from rapt_audit.pos import category_of, tag_texts
-
-    defense = _defense("pct2t", categories="noun,verb")
-    out, count = defense.privatize(SENTENCES, eta=50.0, rng=np.random.default_rng(4), ctx=mctx)
-    assert count.rate > 0.5
-    groups = pos_groups(mctx)
+    from rapt_audit.engines import pos_groups
+    from rapt_audit.pos import category_of
     from rapt_audit.vocab import embedding_space
 
+    defense = _defense("pct2t", categories="noun,verb")
+    tagged, released, count = defense.privatize_words(SENTENCES, eta=50.0, rng=np.random.default_rng(4), ctx=mctx)
+    assert count.rate > 0.5
     tokens = embedding_space(mctx).tokens
-    lexicon = {cat: {tokens[r] for r in rows} for cat, rows in groups.items()}
-    before = tag_texts(tagger(mctx), SENTENCES)
-    # Rebuild the per-word outputs: same tokenisation, so split on the original whitespace layout.
-    for original_words, released in zip(before, out):
-        pos = 0
-        for word in original_words:
+    lexicon = {cat: {tokens[r] for r in rows} for cat, rows in pos_groups(mctx).items()}
+    perturbed = 0
+    for sentence, words in zip(tagged, released):
+        assert len(sentence) == len(words)  # one released word per input word
+        for word, new in zip(sentence, words):
             category = category_of(word.upos)
             if category in ("noun", "verb"):
-                end = released.index(word.whitespace, pos) if word.whitespace else len(released)
-                new_word = released[pos:end]
-                assert new_word in lexicon[category], (word.text, new_word, category)
+                assert new in lexicon[category], (word.text, new, category)  # same POS category
+                perturbed += 1
             else:
-                new_word = word.text
-                assert released[pos:pos + len(new_word)] == new_word  # untouched, in place
-            pos += len(new_word) + len(word.whitespace)
+                assert new == word.text  # words outside the selection are never touched
+    assert perturbed == count.perturbed
+    texts, _ = defense.privatize(SENTENCES[:1], eta=50.0, rng=np.random.default_rng(4), ctx=mctx)
+    assert texts[0].endswith(".")  # punctuation and spacing survive
 
 
 def test_release_is_seeded_and_distinct_per_record_set(mctx):
@@ -150,3 +147,24 @@ def test_replacement_target_is_met(mctx):
     _, texts = public_corpus(mctx)
     check = defense.replacement_count(texts, eta=eta, rng=np.random.default_rng(99), ctx=mctx)
     assert abs(check.rate - 0.5) < 0.05  # fresh noise: within sampling error of the target
+
+
+def test_calibrate_command_table_and_json(capsys, monkeypatch):
+    import json
+
+    from rapt_audit.cli import main
+
+    monkeypatch.delenv("RAPT_AUDIT_DATA", raising=False)
+    assert main(["calibrate", "--defense", "t2t", "--eta", "25,175,inf", "--profile", "smoke"]) == 0
+    table = capsys.readouterr().out
+    assert "corpus synthetic" in table and "RAPT Tab. III" in table
+    assert main(["calibrate", "--defense", "t2t", "--eta", "25,175,inf", "--profile", "smoke",
+                 "--format", "json", "--deniability"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rates = [row["replacement"]["value"] for row in doc["rows"]]
+    assert rates[0] > rates[1] and rates[2] == 0.0
+    assert doc["rows"][0]["rapt_table_iii_bert_base"] == 0.94
+    low, high = doc["deniability"]  # eta 25 and 175: more noise, fewer self-outputs, more distinct outputs
+    assert low["n_w_mean"] < high["n_w_mean"] and low["s_w_mean"] > high["s_w_mean"]
+    assert main(["calibrate", "--defense", "t2t", "--eta", "0"]) == 2
+    assert "eta must be" in capsys.readouterr().err

@@ -1,0 +1,212 @@
+"""Attribute inference: an MLP predicts an author's private attribute from what the user released."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from rapt_audit.attack_base import adaptive_release, check_disjoint, require_size
+from rapt_audit.context import RunContext
+from rapt_audit.metrics import metric
+from rapt_audit.plugins import ATTACKS
+from rapt_audit.stats import bootstrap_mean, bootstrap_statistic
+from rapt_audit.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
+
+metric("attribute_macro_f1", "attack", False, "macro-F1 of the attacker's private-attribute guesses")
+
+
+def release_features(release: Release, *, ctx: RunContext) -> tuple[np.ndarray, str]:
+    """One feature vector per released record, and the name of the feature kind used.
+
+    * ``sequence_embeddings`` — the released vector itself;
+    * ``token_embeddings`` — the mean of the released (noisy) token vectors (RAPT Sec. IV-A2);
+    * ``texts`` — the mean of the public model's input embeddings of the released text's tokens:
+      the attacker holds the public model (white-box), so a privatized text is as good as the
+      embeddings of the tokens it decodes to.
+
+    Empty sequences get the zero vector. The richest kind present is used.
+    """
+    if release.sequence_embeddings is not None:
+        return np.asarray(release.sequence_embeddings, dtype=np.float32), "sequence_embeddings"
+    if release.token_embeddings is not None:
+        return _mean_rows(release.token_embeddings), "token_embeddings"
+    if release.texts is not None:
+        model = ctx.encoder()
+        table = ctx.shared(("input_embedding_table", ctx.model),
+                           lambda: model.model.get_input_embeddings().weight.detach().float().cpu().numpy())
+        ids = model.tokenizer(list(release.texts), add_special_tokens=False)["input_ids"] if release.texts else []
+        return _mean_rows([table[np.asarray(i, dtype=np.int64)] for i in ids], width=table.shape[1]), "texts"
+    raise Skip("the release carries no texts, token embeddings or sequence embeddings")
+
+
+def _mean_rows(sequences: Sequence[np.ndarray], *, width: int | None = None) -> np.ndarray:
+    width = width if width is not None else next((np.asarray(s).shape[-1] for s in sequences if len(s)), 1)
+    out = np.zeros((len(sequences), width), dtype=np.float32)
+    for i, seq in enumerate(sequences):
+        if len(seq):
+            out[i] = np.asarray(seq, dtype=np.float32).reshape(-1, width).mean(axis=0)
+    return out
+
+
+@dataclass
+class AttributeInferenceAttack:
+    """Attribute inference (RAPT v3 Sec. IV-A2, after Plant et al., EMNLP 2021): MLP on mean embeddings.
+
+    A two-layer MLP (``hidden`` units, ReLU) reads one vector per record (see
+    :func:`release_features`: the mean of the released token vectors, the mean input embedding of
+    a released text's tokens, or the released sequence vector) and predicts the private attribute.
+    The attacker is adaptive: it trains on the defense's release of its own training records with
+    their known attribute values, selects the epoch with the best accuracy on the release of its
+    own validation records (never the victim's test split), and predicts the victim's attribute
+    from the victim's release. Features are standardised with attacker-train statistics.
+
+    Metrics: ``attribute_accuracy.<attr>`` (headline; empirical privacy = 1 - accuracy),
+    ``attribute_macro_f1.<attr>`` and ``majority_baseline.<attr>`` (always guessing the
+    attacker-train majority value), each with a 95 % bootstrap interval over victim records.
+    """
+
+    name: ClassVar[str] = "attribute"
+    requires: ClassVar[frozenset[str]] = RELEASE_KINDS
+    profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 15}, "cpu": {"epochs": 30}}
+
+    attribute: str = "gender"
+    hidden: int = 768
+    epochs: int = 50
+    lr: float = 1e-3
+    batch_size: int = 64
+    min_train: int = 20
+    min_valid: int = 10
+
+    _aux: AttackerData | None = field(default=None, init=False, repr=False)
+    _classes: list[str] = field(default_factory=list, init=False, repr=False)
+    _scaler: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
+    _model: Any = field(default=None, init=False, repr=False)
+    _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def _with_attribute(self, records: Sequence[Record]) -> list[Record]:
+        return [r for r in records if r.attributes.get(self.attribute) not in (None, "")]
+
+    def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> AttributeInferenceAttack:
+        """Train the MLP on the defense's release of the attacker's records; pick the epoch on valid."""
+        self._aux = aux
+        train, valid = self._with_attribute(aux.train), self._with_attribute(aux.valid)
+        if not train:
+            raise Skip(f"the attacker's records carry no {self.attribute!r} attribute "
+                       f"(attributes present: {sorted({k for r in aux.train for k in r.attributes}) or 'none'})")
+        require_size(train, self.min_train, attack=self.name, what=f"attacker_train (with {self.attribute!r})")
+        require_size(valid, self.min_valid, attack=self.name, what=f"attacker_valid (with {self.attribute!r})")
+        self._classes = sorted({r.attributes[self.attribute] for r in train})
+        if len(self._classes) < 2:
+            raise Skip(f"the attacker's training records all have {self.attribute}={self._classes[0]!r}; "
+                       "nothing to learn")
+        x_train, kind = release_features(adaptive_release(defense, train, ctx=ctx), ctx=ctx)
+        x_valid, _ = release_features(adaptive_release(defense, valid, ctx=ctx), ctx=ctx)
+        mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
+        self._scaler = (mean, std)
+        y_train, y_valid = self._encode(train), self._encode(valid)
+        self._model, best_epoch, best_acc = self._train((x_train - mean) / std, y_train,
+                                                        (x_valid - mean) / std, y_valid, ctx=ctx)
+        self._fit_details = {"feature_kind": kind, "chosen_epoch": best_epoch, "max_epochs": self.epochs,
+                             "attacker_valid_accuracy": best_acc, "classes": self._classes,
+                             "attacker_train_class_counts": dict(Counter(r.attributes[self.attribute] for r in train)),
+                             "attacker_train": len(train), "attacker_valid": len(valid)}
+        return self
+
+    def _encode(self, records: Sequence[Record]) -> np.ndarray:
+        # A value the attacker never saw gets -1: it can never be predicted, so it counts as a miss.
+        index = {c: i for i, c in enumerate(self._classes)}
+        return np.array([index.get(r.attributes[self.attribute], -1) for r in records], dtype=np.int64)
+
+    def _train(self, x_train: np.ndarray, y_train: np.ndarray, x_valid: np.ndarray, y_valid: np.ndarray, *,
+               ctx: RunContext) -> tuple[Any, int, float]:
+        """Adam on cross-entropy; returns the model of the epoch with the best valid accuracy (earliest on ties)."""
+        import torch
+
+        torch.manual_seed(ctx.seed_for("attack", self.name, "init"))
+        model = torch.nn.Sequential(torch.nn.Linear(x_train.shape[1], self.hidden), torch.nn.ReLU(),
+                                    torch.nn.Linear(self.hidden, len(self._classes))).to(ctx.device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=self.lr)
+        xt = torch.as_tensor(x_train, dtype=torch.float32, device=ctx.device)
+        yt = torch.as_tensor(y_train, device=ctx.device)
+        xv = torch.as_tensor(x_valid, dtype=torch.float32, device=ctx.device)
+        order_rng = ctx.rng("attack", self.name, "order")
+        best = (-1.0, 0, None)  # (valid accuracy, epoch, state)
+        for epoch in range(1, self.epochs + 1):
+            model.train()
+            perm = torch.as_tensor(order_rng.permutation(len(xt)), device=ctx.device)
+            for start in range(0, len(perm), self.batch_size):
+                idx = perm[start:start + self.batch_size]
+                loss = torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            model.eval()
+            with torch.no_grad():
+                accuracy = float((model(xv).argmax(1).cpu().numpy() == y_valid).mean())
+            if accuracy > best[0]:
+                best = (accuracy, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
+        model.load_state_dict(best[2])
+        model.eval()
+        return model, best[1], best[0]
+
+    def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
+        """Predict the victim's attribute from the release; score against the victim's true values."""
+        import torch
+        from sklearn.metrics import f1_score
+
+        if self._aux is None:
+            raise RuntimeError("call fit() before attack()")
+        check_disjoint(self._aux, truth)
+        position = {uid: i for i, uid in enumerate(release.uids)}
+        scored = self._with_attribute(truth)
+        if not scored:
+            raise Skip(f"the victim records carry no {self.attribute!r} attribute")
+        missing = [r.uid for r in scored if r.uid not in position]
+        if missing:
+            raise ValueError(f"the release lacks victim records {missing[:3]}")
+        features, _ = release_features(release, ctx=ctx)
+        mean, std = self._scaler
+        x = torch.as_tensor((features[[position[r.uid] for r in scored]] - mean) / std, dtype=torch.float32,
+                            device=ctx.device)
+        with torch.no_grad():
+            predicted = self._model(x).argmax(1).cpu().numpy()
+        truth_y = self._encode(scored)
+        rng = ctx.rng("attack", self.name, "bootstrap")
+        accuracy = bootstrap_mean((predicted == truth_y).astype(float), rng=rng)
+
+        def macro_f1(idx: np.ndarray) -> float:
+            return float(f1_score(truth_y[idx], predicted[idx], labels=list(range(len(self._classes))),
+                                  average="macro", zero_division=0))
+
+        counts = Counter(r.attributes[self.attribute] for r in self._with_attribute(self._aux.train))
+        majority = max(sorted(counts), key=lambda c: counts[c])  # ties → alphabetically first value
+        baseline = bootstrap_mean(np.array([r.attributes[self.attribute] == majority for r in scored], float), rng=rng)
+        attr = self.attribute
+        metrics = {f"attribute_accuracy.{attr}": accuracy,
+                   f"attribute_macro_f1.{attr}": bootstrap_statistic(len(scored), macro_f1, rng=rng, resamples=300),
+                   f"majority_baseline.{attr}": baseline}
+        details = {**self._fit_details, "attribute": attr, "majority_value": majority, "victim_scored": len(scored),
+                   "victim_class_counts": dict(Counter(r.attributes[attr] for r in scored)),
+                   "predicted_class_counts": dict(Counter(self._classes[p] for p in predicted))}
+        return AttackResult(accuracy.complement(), metrics, details)
+
+
+@ATTACKS.register("attribute_gender", tags=("inference", "attribute"))
+@dataclass
+class GenderInferenceAttack(AttributeInferenceAttack):
+    """Attribute inference of gender (RAPT v3 Sec. IV-A2, after Plant et al., EMNLP 2021)."""
+
+    name: ClassVar[str] = "attribute_gender"
+    attribute: str = "gender"
+
+
+@ATTACKS.register("attribute_age", tags=("inference", "attribute"))
+@dataclass
+class AgeInferenceAttack(AttributeInferenceAttack):
+    """Attribute inference of the age bin (RAPT v3 Sec. IV-A2, after Plant et al., EMNLP 2021)."""
+
+    name: ClassVar[str] = "attribute_age"
+    attribute: str = "age"

@@ -1,0 +1,176 @@
+"""MLP-based black-box token inversion (RAPT v3 §IV-A1; Song & Raghunathan, CCS 2020)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from rapt_audit.attack_base import check_disjoint
+from rapt_audit.context import RunContext
+from rapt_audit.errors import DataError, UsageError
+from rapt_audit.plugins import ATTACKS
+from rapt_audit.token_views import (TokenView, Units, accuracy, aligned_fraction, attacker_views, features,
+                                    release_kind, seeded_torch, train_torch, units_of, views_for)
+from rapt_audit.types import AttackerData, AttackResult, Record, Release, Skip
+
+
+_PREDICT_BATCH = 4096
+
+
+@ATTACKS.register("mlp_inversion", tags=("inversion", "learned"))
+@dataclass
+class MLPInversionAttack:
+    """MLP black-box token inversion (RAPT v3 §IV-A1 "MLP-based black-box attack"), adaptive.
+
+    The adversary privatizes its own auxiliary records with the same defense (Kerckhoffs) and trains
+    a one-hidden-layer MLP (ReLU, dropout, Adam) to predict each original token from the released
+    representation of that token: the released noisy vector (``token_embeddings``) or, for text
+    releases, the input embedding of the aligned released token; with ``context`` the frozen
+    encoder's last hidden state at that position (the encoder run on the release) is appended.
+    Features are standardised with attacker-train statistics. The epoch is selected on the
+    attacker's validation records (released through the defense too), never on the victim's.
+
+    Output classes are the regular vocabulary tokens seen as targets in attacker-train, capped to the
+    ``max_classes`` most frequent (ties: lowest row). A victim token outside the classes, or one with
+    no aligned released token, counts as a miss; the fraction of victim tokens inside the classes is
+    reported as ``class_coverage`` (the attack's ceiling). ``majority_baseline`` is the accuracy of
+    always guessing the attacker's most frequent token, the floor a learned attack must beat.
+    Empirical privacy = 1 − top-1 token accuracy.
+    """
+
+    name: ClassVar[str] = "mlp_inversion"
+    requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
+    profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "smoke": {"hidden": 256, "epochs": 6, "max_classes": 2000, "context": False, "patience": 2},
+        "cpu": {"hidden": 512, "epochs": 12, "max_classes": 5000, "context": False},
+    }
+
+    hidden: int = 512
+    dropout: float = 0.2
+    epochs: int = 20
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    max_classes: int = 10000
+    context: bool = True
+    patience: int = 3
+    min_train_records: int = 20
+    min_valid_records: int = 5
+
+    _aux: AttackerData | None = field(default=None, init=False, repr=False)
+    _kind: str = field(default="", init=False, repr=False)
+    _net: Any = field(default=None, init=False, repr=False)
+    _mean: np.ndarray | None = field(default=None, init=False, repr=False)
+    _std: np.ndarray | None = field(default=None, init=False, repr=False)
+    _class_rows: np.ndarray | None = field(default=None, init=False, repr=False)
+    _majority_row: int = field(default=-1, init=False, repr=False)
+    _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for key in ("hidden", "epochs", "batch_size", "max_classes", "patience", "min_train_records",
+                    "min_valid_records"):
+            if int(getattr(self, key)) < 1:
+                raise UsageError(f"mlp_inversion.{key} must be at least 1, got {getattr(self, key)}")
+        if not 0.0 <= self.dropout < 1.0 or self.lr <= 0 or self.weight_decay < 0:
+            raise UsageError("mlp_inversion needs 0 <= dropout < 1, lr > 0 and weight_decay >= 0")
+
+    def _inputs(self, views: Sequence[TokenView], units: Units, ctx: RunContext) -> np.ndarray:
+        x = features(views, ctx=ctx, context=self.context)[units.source[units.aligned]]
+        return (x - self._mean) / self._std if self._mean is not None else x
+
+    def _predict(self, x: np.ndarray, k: int, device: str) -> np.ndarray:
+        """Rows of the ``k`` most probable classes per input (best first)."""
+        import torch
+
+        out = np.empty((len(x), k), dtype=np.int64)
+        with torch.inference_mode():
+            for s in range(0, len(x), _PREDICT_BATCH):
+                logits = self._net(torch.as_tensor(x[s:s + _PREDICT_BATCH], device=device))
+                out[s:s + _PREDICT_BATCH] = torch.topk(logits, k, dim=1).indices.cpu().numpy()
+        return self._class_rows[out]
+
+    def _guesses(self, views: Sequence[TokenView], units: Units, ctx: RunContext, k: int) -> np.ndarray:
+        """Top-``k`` guessed rows per unit; ``-1`` for units without a released counterpart."""
+        guesses = np.full((units.source.size, k), -1, dtype=np.int64)
+        if units.aligned.any():
+            guesses[units.aligned] = self._predict(self._inputs(views, units, ctx), k, ctx.device)
+        return guesses
+
+    def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> MLPInversionAttack:
+        """Privatize the attacker's records with ``defense`` and train the MLP on them."""
+        import torch
+
+        self._aux = aux
+        self._kind, train_views, valid_views = attacker_views(
+            aux, defense, ctx=ctx, attack=self.name, min_train=self.min_train_records, min_valid=self.min_valid_records)
+        train_units, valid_units = units_of(train_views), units_of(valid_views)
+        targets = train_units.target_row[train_units.aligned]
+        if targets.size == 0:
+            raise DataError(f"attack {self.name!r}: the attacker's released training data has no aligned regular "
+                            "tokens to learn from; raise data.attacker_train")
+        counts = Counter(targets.tolist())
+        ranked = sorted(counts, key=lambda row: (-counts[row], row))[: int(self.max_classes)]
+        self._class_rows = np.array(ranked, dtype=np.int64)
+        self._majority_row = int(ranked[0])
+        lookup = {row: i for i, row in enumerate(ranked)}
+        y = np.array([lookup.get(row, -1) for row in targets], dtype=np.int64)
+        self._mean = self._std = None
+        x = self._inputs(train_views, train_units, ctx)
+        keep = y >= 0
+        x, y = x[keep], y[keep]
+        self._mean = x.mean(axis=0, keepdims=True)
+        self._std = np.maximum(x.std(axis=0, keepdims=True), 1e-6)
+        x = ((x - self._mean) / self._std).astype(np.float32)
+        valid_x = self._inputs(valid_views, valid_units, ctx).astype(np.float32)
+        seed = ctx.seed_for("attack", self.name, "train")
+        with seeded_torch(seed, ctx.device):
+            self._net = torch.nn.Sequential(
+                torch.nn.Linear(x.shape[1], int(self.hidden)), torch.nn.ReLU(), torch.nn.Dropout(self.dropout),
+                torch.nn.Linear(int(self.hidden), len(ranked))).to(ctx.device)
+
+            def valid_accuracy(_model: Any) -> float:
+                if valid_units.source.size == 0:
+                    return 0.0
+                guess = np.full(valid_units.source.size, -1, dtype=np.int64)
+                if len(valid_x):
+                    guess[valid_units.aligned] = self._predict(valid_x, 1, ctx.device)[:, 0]
+                return float((guess == valid_units.target_row).mean())
+
+            outcome = train_torch(self._net, x=x, y=y, loss=torch.nn.functional.cross_entropy,
+                                  valid_score=valid_accuracy, epochs=int(self.epochs),
+                                  batch_size=int(self.batch_size), lr=self.lr, weight_decay=self.weight_decay,
+                                  patience=int(self.patience), seed=seed, device=ctx.device)
+        self._fit_details = {
+            "release_kind": self._kind, "classes": len(ranked), "train_tokens": int(len(y)),
+            "train_tokens_outside_classes": int((~keep).sum()), "valid_tokens": int(valid_units.source.size),
+            "best_epoch": outcome.best_epoch, "valid_token_accuracy_by_epoch": [round(v, 4) for v in outcome.valid_curve],
+            "context": bool(self.context), "input_dim": int(x.shape[1])}
+        return self
+
+    def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
+        """Predict every victim token from its released representation; score against ``truth``."""
+        if self._aux is None or self._net is None:
+            raise UsageError("mlp_inversion: call fit(aux, defense, ctx=...) before attack")
+        check_disjoint(self._aux, truth)
+        kind = release_kind(release.kinds, attack=self.name)
+        if kind != self._kind:
+            raise Skip(f"mlp_inversion was trained on {self._kind} releases but the victim release holds {kind}")
+        _, views = views_for(release, truth, ctx=ctx, attack=self.name, supported=(kind,))
+        units = units_of(views)
+        k = min(5, len(self._class_rows))
+        guesses = self._guesses(views, units, ctx, k)
+        rng = ctx.rng("attack", self.name)
+        top1 = accuracy(guesses[:, 0] == units.target_row, units, len(views), rng=rng)
+        metrics = {"token_accuracy": top1,
+                   "token_accuracy_top5": accuracy((guesses == units.target_row[:, None]).any(axis=1), units,
+                                                   len(views), rng=rng),
+                   "majority_baseline": accuracy(units.target_row == self._majority_row, units, len(views), rng=rng)}
+        details = {**self._fit_details, "unit": "model tokenizer token (regular vocabulary only)",
+                   "tokens_scored": int(units.source.size), "records": len(views),
+                   "aligned_fraction": aligned_fraction(units),
+                   "class_coverage": float(np.isin(units.target_row, self._class_rows).mean()),
+                   "top5_classes": k}
+        return AttackResult(top1.complement(), metrics, details)

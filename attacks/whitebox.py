@@ -1,0 +1,84 @@
+"""White-box nearest-neighbour token inversion (Qu et al., CIKM 2021 §5.4; RAPT v3 §IV-A1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from rapt_audit.attack_base import check_disjoint
+from rapt_audit.context import RunContext
+from rapt_audit.errors import UsageError
+from rapt_audit.plugins import ATTACKS
+from rapt_audit.token_views import (accuracy, aligned_fraction, engine, nearest_rows, stack_released, units_of,
+                                    views_for)
+from rapt_audit.types import AttackerData, AttackResult, Record, Release
+
+
+
+@ATTACKS.register("whitebox", tags=("inversion",))
+@dataclass
+class WhiteboxAttack:
+    """Nearest-neighbour token inversion (Qu et al., CIKM 2021 §5.4; RAPT v3 §IV-A1, white-box).
+
+    The adversary holds the public embedding table and maps each released token representation to
+    the closest regular vocabulary embedding, ``argmin_k ‖E(w_k) − v_t‖₂`` (exact search):
+
+    * ``token_embeddings`` — positions are 1:1 with the original tokens; top-1 and top-5 guesses
+      come from the nearest-neighbour index over the regular vocabulary;
+    * ``texts`` — the released tokens *are* vocabulary entries, so the nearest neighbour of a
+      released token is the token itself: the guess for an original token is its aligned released
+      token (model tokenizer, :func:`rapt_audit.align.align`). A single released token carries no
+      ranking, so top-5 is not defined there and is not reported.
+
+    Success is token accuracy over regular original tokens (unaligned originals count as misses);
+    empirical privacy = 1 − top-1 accuracy. The attack has no parameters to learn; ``fit`` only
+    records the attacker's data so that disjointness from the victim can be asserted.
+    """
+
+    name: ClassVar[str] = "whitebox"
+    requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
+    profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {}, "cpu": {}}
+
+    _aux: AttackerData | None = field(default=None, init=False, repr=False)
+
+    def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> WhiteboxAttack:
+        """Nothing to learn (the table is public); remember ``aux`` for the disjointness check."""
+        self._aux = aux
+        return self
+
+    def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
+        """Invert every released token by nearest-neighbour search and score against ``truth``."""
+        if self._aux is None:
+            raise UsageError("whitebox: call fit(aux, defense, ctx=...) before attack (it checks that the "
+                             "victim's records are disjoint from the attacker's)")
+        check_disjoint(self._aux, truth)
+        kind, views = views_for(release, truth, ctx=ctx, attack=self.name)
+        units = units_of(views)
+        rng = ctx.rng("attack", self.name)
+        metrics = {}
+        details: dict[str, Any] = {"unit": "model tokenizer token (regular vocabulary only)", "release_kind": kind,
+                                   "tokens_scored": int(units.source.size), "records": len(views),
+                                   "aligned_fraction": aligned_fraction(units),
+                                   "irregular_tokens_skipped": int(sum((~v.regular).sum() for v in views))}
+        if kind == "texts":
+            released_ids = np.concatenate([v.released_ids for v in views])
+            space = engine(ctx).space
+            guess_rows = np.full(units.source.size, -1, dtype=np.int64)
+            ok = units.aligned
+            guess_rows[ok] = space.rows_of(released_ids[units.source[ok]])
+            hits = ok & (guess_rows == units.target_row)
+            details["top5"] = "not defined for text releases (one released token per position, no ranking)"
+        else:
+            vectors = stack_released(views)[units.source]  # vector releases are 1:1: every unit aligned
+            # Top-1: the certified exact search the T2T mechanism itself decodes with, so whitebox
+            # recovery and the defense's replacement count measure the same event.
+            eng = engine(ctx)
+            hits = eng.index.search(vectors) == units.target_row
+            top5 = hits | (nearest_rows(eng.space.vectors, vectors, 5, device=ctx.device)
+                           == units.target_row[:, None]).any(axis=1)
+            metrics["token_accuracy_top5"] = accuracy(top5, units, len(views), rng=rng)
+        top1 = accuracy(hits, units, len(views), rng=rng)
+        metrics = {"token_accuracy": top1, **metrics}
+        return AttackResult(top1.complement(), metrics, details)

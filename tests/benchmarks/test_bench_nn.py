@@ -1,0 +1,117 @@
+"""Speed of T2T's nearest-neighbour step and of the embedding-space set-up (pytest-benchmark).
+
+Measure with::
+
+    python -m pytest tests/benchmarks/test_bench_nn.py -m benchmark --benchmark-enable -p no:cacheprovider
+
+Without ``--benchmark-enable`` (the project default) each benchmark runs once, as a test that also
+checks its outputs. Search throughput is recorded in ``extra_info["tokens_per_s"]``. The ``slow``
+test measures agreement with exact float64 search on 20,000 noisy queries per eta.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rapt_audit.nn_search import NearestNeighbourIndex, exact_nearest
+
+N_QUERIES = 4096
+ETA = 100.0
+
+
+def noisy_queries(space, n: int, eta: float, seed: int) -> np.ndarray:
+    """Embeddings of random regular tokens plus dχ noise at ``eta`` (what T2T searches with)."""
+    from rapt_audit.noise import dchi_noise
+
+    rng = np.random.default_rng(seed)
+    clean = space.vectors[rng.integers(0, len(space.tokens), n)]
+    return clean + dchi_noise(n, space.dim, eta, rng, dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from rapt_audit.models import load_model
+
+    return load_model("minilm")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(minilm, tmp_path_factory):
+    from rapt_audit.vocab import load_embedding_space
+
+    path = tmp_path_factory.mktemp("bench-cache")
+    load_embedding_space(minilm, cache_dir=path)  # cold build, so that the benchmarks below are warm
+    return path
+
+
+@pytest.fixture(scope="module")
+def space(minilm, cache_dir):
+    from rapt_audit.vocab import load_embedding_space
+
+    return load_embedding_space(minilm, cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="module")
+def noisy(space):
+    queries = noisy_queries(space, N_QUERIES, ETA, seed=0)
+    return queries, exact_nearest(space.vectors, queries)
+
+
+def _record(benchmark, n: int, **extra: float) -> None:
+    stats = getattr(getattr(benchmark, "stats", None), "stats", None)  # None with --benchmark-disable
+    if stats is not None:
+        benchmark.extra_info["tokens_per_s"] = round(n / stats.mean)
+    benchmark.extra_info.update(extra)
+
+
+@pytest.mark.benchmark
+def test_exact_fp32_search(benchmark, space, noisy):
+    """(a) Plain exact search: float32 products over the whole vocabulary (certified, so exact)."""
+    queries, reference = noisy
+    index = NearestNeighbourIndex(space.vectors, screen="float32")
+    rows = benchmark.pedantic(index.search, args=(queries,), rounds=3, warmup_rounds=1)
+    np.testing.assert_array_equal(rows, reference)
+    _record(benchmark, len(queries))
+
+
+@pytest.mark.benchmark
+def test_bf16_screen_search(benchmark, space, noisy):
+    """(b) bfloat16 screen + exact re-rank + certificate, 4,096 noisy queries at eta=100."""
+    queries, reference = noisy
+    index = NearestNeighbourIndex(space.vectors)
+    rows = benchmark.pedantic(index.search, args=(queries,), rounds=5, warmup_rounds=1)
+    np.testing.assert_array_equal(rows, reference)
+    calls = 6 if getattr(benchmark, "stats", None) is not None else 1
+    _record(benchmark, len(queries), fallback_rate=index.fallbacks / (calls * len(queries)))
+
+
+@pytest.mark.benchmark
+def test_warm_load(benchmark, minilm, cache_dir, space):
+    """(c) Warm load of the cached EmbeddingSpace (np.load of the .npz + the token json)."""
+    from rapt_audit.vocab import load_embedding_space
+
+    warm = benchmark(load_embedding_space, minilm, cache_dir=cache_dir)
+    assert warm.tokens == space.tokens and np.array_equal(warm.vectors, space.vectors)
+
+
+@pytest.mark.benchmark
+def test_warm_setup(benchmark, minilm, cache_dir):
+    """Warm set-up of T2T's search: cached space plus the nearest-neighbour index (target < 2 s)."""
+    from rapt_audit.vocab import load_embedding_space
+
+    def setup() -> NearestNeighbourIndex:
+        return NearestNeighbourIndex(load_embedding_space(minilm, cache_dir=cache_dir).vectors)
+
+    assert benchmark(setup).table.shape == (29523, 384)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eta", [25.0, 75.0, 100.0, 125.0, 175.0])
+def test_agreement_20k(space, eta):
+    """Outputs identical to exact float64 search on 20,000 noisy queries (the target is >= 99.9 %)."""
+    index = NearestNeighbourIndex(space.vectors)
+    queries = noisy_queries(space, 20_000, eta, seed=int(eta))
+    agreement = float((index.search(queries) == exact_nearest(space.vectors, queries)).mean())
+    print(f"eta={eta}: agreement {agreement:.6f}, fallbacks {index.fallbacks}, brute force {index.brute_forced}")
+    assert agreement == 1.0
