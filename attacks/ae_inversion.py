@@ -51,7 +51,7 @@ class AEInversionAttack:
     name: ClassVar[str] = "ae_inversion"
     requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "smoke": {"hidden": 256, "latent": 128, "epochs": 8, "context": False, "patience": 2},
+        "smoke": {"hidden": 128, "latent": 64, "epochs": 5, "batch_size": 512, "context": False, "patience": 2},
         "cpu": {"hidden": 512, "latent": 256, "epochs": 15, "context": False},
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -37,9 +38,42 @@ def release_features(release: Release, *, ctx: RunContext) -> tuple[np.ndarray, 
         model = ctx.encoder()
         table = ctx.shared(("input_embedding_table", ctx.model),
                            lambda: model.model.get_input_embeddings().weight.detach().float().cpu().numpy())
-        ids = model.tokenizer(list(release.texts), add_special_tokens=False)["input_ids"] if release.texts else []
+        texts = list(release.texts)
+        ids = model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
         return _mean_rows([table[np.asarray(i, dtype=np.int64)] for i in ids], width=table.shape[1]), "texts"
     raise Skip("the release carries no texts, token embeddings or sequence embeddings")
+
+
+@contextmanager
+def _one_thread_on_cpu(device: str):  # noqa: ANN202
+    """Run torch single-threaded on CPU for the duration of the block, then restore the setting.
+
+    The MLP's matrices are tiny, so threads buy nothing, and when the cores are shared (CI, other
+    jobs) torch's spinning worker threads made training ~10x slower in our measurements.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def macro_f1_score(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> float:
+    """Macro-F1 over classes ``0..n_classes-1`` (as sklearn's with ``labels`` and ``zero_division=0``).
+
+    ``y_true`` may hold -1 for a value the attacker never saw: it is a miss for every class. Written
+    with ``bincount`` because the bootstrap calls it hundreds of times.
+    """
+    tp = np.bincount(y_true[y_true == y_pred], minlength=n_classes)[:n_classes]
+    predicted = np.bincount(y_pred, minlength=n_classes)[:n_classes]
+    actual = np.bincount(y_true[y_true >= 0], minlength=n_classes)[:n_classes]
+    denominator = predicted + actual
+    f1 = np.divide(2.0 * tp, denominator, out=np.zeros(n_classes), where=denominator > 0)
+    return float(f1.mean())
 
 
 def _mean_rows(sequences: Sequence[np.ndarray], *, width: int | None = None) -> np.ndarray:
@@ -107,8 +141,9 @@ class AttributeInferenceAttack:
         mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
         self._scaler = (mean, std)
         y_train, y_valid = self._encode(train), self._encode(valid)
-        self._model, best_epoch, best_acc = self._train((x_train - mean) / std, y_train,
-                                                        (x_valid - mean) / std, y_valid, ctx=ctx)
+        with _one_thread_on_cpu(ctx.device):
+            self._model, best_epoch, best_acc = self._train((x_train - mean) / std, y_train,
+                                                            (x_valid - mean) / std, y_valid, ctx=ctx)
         self._fit_details = {"feature_kind": kind, "chosen_epoch": best_epoch, "max_epochs": self.epochs,
                              "attacker_valid_accuracy": best_acc, "classes": self._classes,
                              "attacker_train_class_counts": dict(Counter(r.attributes[self.attribute] for r in train)),
@@ -155,7 +190,6 @@ class AttributeInferenceAttack:
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Predict the victim's attribute from the release; score against the victim's true values."""
         import torch
-        from sklearn.metrics import f1_score
 
         if self._aux is None:
             raise RuntimeError("call fit() before attack()")
@@ -171,15 +205,14 @@ class AttributeInferenceAttack:
         mean, std = self._scaler
         x = torch.as_tensor((features[[position[r.uid] for r in scored]] - mean) / std, dtype=torch.float32,
                             device=ctx.device)
-        with torch.no_grad():
+        with torch.no_grad(), _one_thread_on_cpu(ctx.device):
             predicted = self._model(x).argmax(1).cpu().numpy()
         truth_y = self._encode(scored)
         rng = ctx.rng("attack", self.name, "bootstrap")
         accuracy = bootstrap_mean((predicted == truth_y).astype(float), rng=rng)
 
         def macro_f1(idx: np.ndarray) -> float:
-            return float(f1_score(truth_y[idx], predicted[idx], labels=list(range(len(self._classes))),
-                                  average="macro", zero_division=0))
+            return macro_f1_score(truth_y[idx], predicted[idx], len(self._classes))
 
         counts = Counter(r.attributes[self.attribute] for r in self._with_attribute(self._aux.train))
         majority = max(sorted(counts), key=lambda c: counts[c])  # ties → alphabetically first value

@@ -44,7 +44,8 @@ class MLPInversionAttack:
     name: ClassVar[str] = "mlp_inversion"
     requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "smoke": {"hidden": 256, "epochs": 6, "max_classes": 2000, "context": False, "patience": 2},
+        "smoke": {"hidden": 128, "epochs": 5, "batch_size": 512, "max_classes": 1000, "context": False,
+                  "patience": 2},
         "cpu": {"hidden": 512, "epochs": 12, "max_classes": 5000, "context": False},
     }
 
@@ -146,7 +147,8 @@ class MLPInversionAttack:
         self._fit_details = {
             "release_kind": self._kind, "classes": len(ranked), "train_tokens": int(len(y)),
             "train_tokens_outside_classes": int((~keep).sum()), "valid_tokens": int(valid_units.source.size),
-            "best_epoch": outcome.best_epoch, "valid_token_accuracy_by_epoch": [round(v, 4) for v in outcome.valid_curve],
+            "best_epoch": outcome.best_epoch,
+            "valid_token_accuracy_by_epoch": [round(v, 4) for v in outcome.valid_curve],
             "context": bool(self.context), "input_dim": int(x.shape[1])}
         return self
 

@@ -86,7 +86,8 @@ def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], *,
             for k, name in enumerate(("entity_precision", "entity_recall", "entity_f1"))}
 
 
-def reference_tags(truth: Sequence[Record], words: Sequence[Sequence[Word]], *, ctx: RunContext) -> tuple[list[list[str]], bool]:
+def reference_tags(truth: Sequence[Record], words: Sequence[Sequence[Word]], *,
+                   ctx: RunContext) -> tuple[list[list[str]], bool]:
     """Gold IOB2 tags of the victim's original words, or silver ones from spaCy when there is no gold."""
     if any(r.entities for r in truth):
         return [spans_to_tags(w, r.entities) for w, r in zip(words, truth)], False
@@ -104,6 +105,7 @@ class NERAttackBase:
 
     _used: AttackerData | None = field(default=None, init=False, repr=False)
     _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _clean: dict[tuple[str, ...], Estimate] = field(default_factory=dict, init=False, repr=False)
 
     def tag(self, texts: Sequence[str], words: Sequence[Sequence[Word]], *, ctx: RunContext) -> list[list[str]]:
         """IOB2 tags of each text's ``words``."""
@@ -135,9 +137,12 @@ class NERAttackBase:
         # The leakage ceiling: the same tagger on the original text (skipped when the release is the text).
         if released_texts == [r.text for r in truth]:
             clean = metrics["entity_f1"]
-        else:
-            clean_tags = self.tag([r.text for r in truth], original_words, ctx=ctx)
-            clean = score(gold, clean_tags, rng=rng, resamples=300)["entity_f1"]
+        else:  # memoised per victim set: one fitted attacker may score many releases of the same records
+            key = tuple(r.uid for r in truth)
+            if key not in self._clean:
+                clean_tags = self.tag([r.text for r in truth], original_words, ctx=ctx)
+                self._clean = {key: score(gold, clean_tags, rng=rng, resamples=300)["entity_f1"]}
+            clean = self._clean[key]
         unchanged = sum(_unchanged(o, w) for o, w in zip(original_words, released_words))
         details = {**self._fit_details, "silver_scored": silver, "reference_entities": n_entities,
                    "victim_records": len(truth), "clean_entity_f1": clean.to_dict(),
@@ -181,7 +186,8 @@ class TrainedNERAttack(NERAttackBase):
                            f"CoNLL-2003 is unavailable ({exc})") from None
             pool, source = [r for r in dataset.records if r.uid.startswith("conll2003/train/")], "conll2003 train"
         if self.max_train_sentences is not None and len(pool) > self.max_train_sentences:
-            picked = ctx.rng("attack", self.name, "train-sample").choice(len(pool), self.max_train_sentences, replace=False)
+            rng = ctx.rng("attack", self.name, "train-sample")
+            picked = rng.choice(len(pool), self.max_train_sentences, replace=False)
             pool = [pool[i] for i in sorted(picked)]
         return pool, source
 
@@ -196,7 +202,7 @@ class TrainedNERAttack(NERAttackBase):
             if released is None:
                 raise Skip(f"{self.name} trains on released texts; defense {defense.name} releases none")
             released_words = [tokenize_words(t) for t in released]
-            tags = [_carry_tags(o, r, t) for o, r, t in zip(words, released_words, tags)]
+            tags = [carry_tags(o, r, t) for o, r, t in zip(words, released_words, tags)]
             words = released_words
         self._labels = iob_labels(s.label for r in records for s in r.entities)
         self._model = _train_token_classifier(self, [[w.text for w in ws] for ws in words], tags, ctx=ctx)
@@ -209,7 +215,7 @@ class TrainedNERAttack(NERAttackBase):
         return _predict(self, [[w.text for w in ws] for ws in words], ctx=ctx)
 
 
-def _carry_tags(original: Sequence[Word], released: Sequence[Word], tags: Sequence[str]) -> list[str]:
+def carry_tags(original: Sequence[Word], released: Sequence[Word], tags: Sequence[str]) -> list[str]:
     """Training tags of released words: the tag of the original word each is aligned with, else ``O``."""
     out = ["O"] * len(released)
     for i, j in enumerate(align([w.text.lower() for w in original], [w.text.lower() for w in released])):
@@ -276,7 +282,8 @@ def _length_batches(lengths: Sequence[int], size: int, rng: np.random.Generator)
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def _predict(attack: TrainedNERAttack, words: list[list[str]], *, ctx: RunContext, batch_size: int = 32) -> list[list[str]]:
+def _predict(attack: TrainedNERAttack, words: list[list[str]], *, ctx: RunContext,
+             batch_size: int = 32) -> list[list[str]]:
     import torch
 
     tokenizer = ctx.encoder().tokenizer

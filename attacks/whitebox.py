@@ -76,8 +76,10 @@ class WhiteboxAttack:
             # recovery and the defense's replacement count measure the same event.
             eng = engine(ctx)
             hits = eng.index.search(vectors) == units.target_row
-            top5 = hits | (nearest_rows(eng.space.vectors, vectors, 5, device=ctx.device)
-                           == units.target_row[:, None]).any(axis=1)
+            top5 = hits.copy()  # a top-1 hit is a top-5 hit; only the misses need the top-5 search
+            if (~hits).any():
+                rows = nearest_rows(eng.space.vectors, vectors[~hits], 5, device=ctx.device)
+                top5[~hits] = (rows == units.target_row[~hits, None]).any(axis=1)
             metrics["token_accuracy_top5"] = accuracy(top5, units, len(views), rng=rng)
         top1 = accuracy(hits, units, len(views), rng=rng)
         metrics = {"token_accuracy": top1, **metrics}

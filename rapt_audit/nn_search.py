@@ -1,30 +1,29 @@
 """Exact-in-effect L2 nearest-neighbour search over an embedding table (T2T decoding).
 
-T2T releases the table row nearest to a noisy embedding. Any deterministic function of the noisy
-vector is post-processing and keeps the dχ guarantee, but we promise the outputs of *exact* search,
-so the fast path below certifies every answer and falls back to exact search when it cannot.
+Releasing the nearest row of a noisy embedding is post-processing, so any search keeps the dχ
+guarantee; we still promise the outputs of *exact* search. Per block of queries, with
+``argmin ‖q−e‖² = argmax s(e)``, ``s(e) = q·e − ‖e‖²/2``:
 
-Method, per block of queries (``argmin ‖q−e‖² = argmax s(e)`` with ``s(e) = q·e − ‖e‖²/2``):
-
-1. **Screen.** One bfloat16 product ``ẽ @ q̃ᵀ`` scores every row. Rows are stored sorted by
-   ``‖e‖`` in groups of ``_GROUP``, so a group's bias ``−‖e‖²/2`` is nearly constant and is added
-   per *group* (its largest value) to the group maxima: the product stays d wide (a bias column
-   would make it d+1 wide, ~25 % slower on AMX) and the reduction is one ``amax``.
+1. **Screen.** One bfloat16 product ``ẽ @ q̃ᵀ`` scores every row. Rows are stored sorted by ``‖e‖``
+   in groups of ``_GROUP``, so each group's bias ``−‖e‖²/2`` is nearly constant and is added per
+   group (its largest value) to the group maxima: the product stays d wide (a bias column would
+   cost ~25 % on AMX) and the reduction is one ``amax``.
 2. **Candidates.** The best groups are gathered, their rows scored with their own bias, and the
-   top ``candidates`` rows re-ranked exactly (float32 products with a proven error bound, float64
-   differences for close calls); ties go to the lowest row, as with numpy's ``argmin``.
-3. **Certificate.** With ``u`` the screen's unit roundoff (2⁻⁸ for bfloat16), the screen error of
-   any row is at most ``‖q̃‖·max‖ẽ−e‖ + ‖q̃−q‖·max‖e‖`` (rounding of e and q, Cauchy–Schwarz)
-   ``+ γ·‖q̃‖·max‖ẽ‖`` (float32 accumulation). The output rounding is undone by rounding screened
-   values *up* (``x + u|x|/(1−u)``: rounding is monotone, so this bounds the unrounded sum). Every
-   row that was not re-ranked thus has ``s(e) ≤ T + slack``, ``T`` being the best screened bound
-   left out. A query is certified when its exact best beats that strictly: no other row can then
-   be as near, so the answer *is* the exact argmin.
-4. **Fallback.** Uncertified queries (well under 1 % with realistic noise) are re-run with a
-   float32 screen (``u = 2⁻²⁴``) and, if still open, by float64 brute force.
+   top ``candidates`` rows re-ranked exactly (float32 products with a proven error bound; float64
+   for close calls); ties go to the lowest row, as with numpy's ``argmin``.
+3. **Certificate.** The screen error of any row is at most ``‖q̃‖·max‖ẽ−e‖ + ‖q̃−q‖·max‖e‖``
+   (rounding of e and q; Cauchy–Schwarz) ``+ γ·‖q̃‖·max‖ẽ‖`` (float32 accumulation); the output
+   rounding is undone by rounding screened values *up* (``x + u|x|/(1−u)``, ``u`` = 2⁻⁸; rounding
+   is monotone, so this bounds the unrounded sum). Every row not re-ranked thus has
+   ``s(e) ≤ T + slack``, ``T`` the best screened bound left out. A query is certified when its
+   exact best beats that strictly: no other row can be as near, so the answer *is* exact.
+4. **Fallback.** Uncertified queries (< 1 % with realistic noise) are re-run with a float32 screen
+   (``u`` = 2⁻²⁴) and, if still open, by float64 brute force.
 
-``screen="float32"`` starts at step 4's float32 screen (plain exact search). Queries containing
-NaN or inf raise ``ValueError`` before any search: ``argmin`` over NaN silently returns row 0.
+"Exact" means the ranking of :func:`exact_nearest`: float64 scores ``q·e − ‖e‖²/2``, which unlike
+differences ``q − e`` stay accurate for queries far larger than the table. ``screen="float32"``
+starts at step 4's float32 screen. Queries holding NaN or inf raise ``ValueError`` before any
+search (``argmin`` over NaN silently returns row 0).
 """
 
 from __future__ import annotations
@@ -42,7 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["NearestNeighbourIndex", "exact_nearest", "nearest_index"]
 
 _GROUP = 32  # rows per screening group
-_ROW_CHUNK = 4096  # table rows per screening product (a multiple of _GROUP): scores stay in L2
+_ROW_CHUNK = 4096  # table rows per chunk in set-up loops
+_SCORE_CHUNK = 1 << 20  # scores per screening product (2 MB in bfloat16): reduced while still in L2
 _PAD_BIAS = -1.0e30  # bias of padding rows: never a candidate, finite (no inf - inf = NaN)
 _SCREENS = {"bfloat16": 2.0**-8, "float32": 2.0**-24}  # unit roundoff of each screen dtype
 _HUGE = 1e30  # ‖q‖·max‖e‖ above this could overflow a screen: such queries go to float64
@@ -172,56 +172,42 @@ class NearestNeighbourIndex:
         """float32 queries on the device, plus float64 ones when the input is not float32."""
         import torch
 
-        def tensor(dtype: type) -> torch.Tensor:
-            arr = np.ascontiguousarray(block, dtype=dtype)
-            if not arr.flags.writeable:  # torch warns on read-only buffers (e.g. EmbeddingSpace rows)
-                arr = arr.copy()
-            return torch.from_numpy(arr).to(self.device)
-
-        return tensor(np.float32), None if block.dtype == np.float32 else tensor(np.float64)
+        # torch.tensor copies: safe with read-only inputs (torch.from_numpy would warn).
+        q32 = torch.tensor(block, dtype=torch.float32, device=self.device)
+        return q32, None if block.dtype == np.float32 else torch.tensor(block, dtype=torch.float64, device=self.device)
 
     def _run(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``(n, k)`` of the k nearest per query, and the validated queries."""
+        """Rows ``(n, k)`` of the k nearest per query, and the validated queries.
+
+        Tiers: the configured screen, then a float32 screen, then float64 brute force, each over
+        the queries the previous one could not certify. Fallbacks are batched over the whole call:
+        a float32 screen reads the whole table however few queries it serves.
+        """
         import torch
 
         q_all = _as_matrix("queries", queries, self.dim)  # all rows checked before any search
-        n = q_all.shape[0]
-        rows = np.empty((n, k), dtype=np.int64)
-        open_ = [np.empty(0, dtype=np.int64)]
+        rows = np.empty((q_all.shape[0], k), dtype=np.int64)
+        pending = np.arange(q_all.shape[0])
         with torch.inference_mode():
-            for start in range(0, n, self.block_size):
-                stop = min(n, start + self.block_size)
-                r, ok = self._screened(*self._queries(q_all[start:stop]), k, self.screen)
-                rows[start:stop] = r.cpu().numpy()
-                open_.append(start + np.flatnonzero(~ok.cpu().numpy()))
-            # Fallback tiers run once over all open queries: a float32 screen reads the whole table
-            # however few queries it serves, so per-block fallbacks would dominate the cost.
-            pending = np.concatenate(open_)
-            if self.screen != "float32" and pending.size:
-                self.fallbacks += int(pending.size)
-                pending = self._tier(q_all, pending, k, rows, "float32")
-            if pending.size:
-                self.brute_forced += int(pending.size)
-                self._tier(q_all, pending, k, rows, None)
+            for tier in dict.fromkeys((self.screen, "float32", None)):
+                if not pending.size:
+                    break
+                if tier == "float32" and self.screen != "float32":
+                    self.fallbacks += int(pending.size)
+                if tier is None:
+                    self.brute_forced += int(pending.size)
+                left = [np.empty(0, dtype=np.int64)]
+                for s in range(0, pending.size, self.block_size):
+                    idx = pending[s:s + self.block_size]
+                    q32, q64 = self._queries(q_all[idx[0]:idx[-1] + 1] if tier == self.screen else q_all[idx])
+                    if tier is None:
+                        rows[idx] = self._brute_force(q64 if q64 is not None else q32.double(), k).cpu().numpy()
+                        continue
+                    r, ok = self._screened(q32, q64, k, tier)
+                    rows[idx] = r.cpu().numpy()
+                    left.append(idx[~ok.cpu().numpy()])
+                pending = np.concatenate(left)
         return rows, q_all
-
-    def _tier(self, q_all: np.ndarray, which: np.ndarray, k: int, rows: np.ndarray, screen: str | None) -> np.ndarray:
-        """Re-search the queries ``which`` in place with ``screen`` (None: float64 brute force).
-
-        Returns:
-            The queries still uncertified.
-        """
-        left = [np.empty(0, dtype=np.int64)]
-        for s in range(0, which.size, self.block_size):
-            idx = which[s:s + self.block_size]
-            q32, q64 = self._queries(q_all[idx])
-            if screen is None:
-                rows[idx] = self._brute_force(q64 if q64 is not None else q32.double(), k).cpu().numpy()
-                continue
-            r, ok = self._screened(q32, q64, k, screen)
-            rows[idx] = r.cpu().numpy()
-            left.append(idx[~ok.cpu().numpy()])
-        return np.concatenate(left)
 
     def _screened(self, q32: torch.Tensor, q64: torch.Tensor | None, k: int, screen: str
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -229,19 +215,27 @@ class NearestNeighbourIndex:
         import torch
 
         rows_s, err_max, tilde_max = self._screens[screen]
-        u = _SCREENS[screen] if screen != "float32" else _float32_unit()
+        u, in_unit = _SCREENS[screen], (_fp32_input_unit() if screen == "float32" else 0.0)
         up = u / (1.0 - u)  # x + up·|x| bounds the value that rounded to x (rounding is monotone)
         n, g, groups, dev = q32.shape[0], _GROUP, self._groups, q32.device
         q_screen = q32.to(rows_s.dtype)
         # (V_pad, n) layout: the group maximum reduces a middle axis over contiguous queries
-        # (vectorised). Each chunk of _ROW_CHUNK table rows is reduced while still in L2.
+        # (vectorised). Each product of ``step`` table rows is reduced while still in L2.
         scores = torch.empty((groups * g, n), dtype=rows_s.dtype, device=dev)
         maxima = torch.empty((groups, n), dtype=rows_s.dtype, device=dev)
         q_t = q_screen.T
-        for r in range(0, groups * g, _ROW_CHUNK):
-            chunk = scores[r:r + _ROW_CHUNK]
-            torch.matmul(rows_s[r:r + _ROW_CHUNK], q_t, out=chunk)
-            _group_max(chunk.view(-1, g, n), maxima[r // g:(r + _ROW_CHUNK) // g])
+        step = max(1, _SCORE_CHUNK // (n * g)) * g
+        for r in range(0, groups * g, step):
+            chunk, out = scores[r:r + step], maxima[r // g:(r + step) // g]
+            torch.matmul(rows_s[r:r + step], q_t, out=chunk)
+            if rows_s.dtype == torch.bfloat16:
+                # bfloat16 amax is not vectorised on CPU (~8x slower than int16). As signed int16
+                # the bit patterns order non-negative floats correctly; a negative int16 maximum
+                # means an all-negative group, whose maximum is then bounded above by 0.
+                torch.amax(chunk.view(torch.int16).view(-1, g, n), dim=1, out=out.view(torch.int16))
+                out.view(torch.int16).clamp_(min=0)
+            else:
+                torch.amax(chunk.view(-1, g, n), dim=1, out=out)
 
         kc = min(max(self.candidates, k), self.table.shape[0])
         m = min(groups, -(-kc // g) + self.extra_groups)  # groups gathered
@@ -254,7 +248,8 @@ class NearestNeighbourIndex:
             picked = torch.arange(groups, device=dev).expand(n, -1)
             left_out = torch.full((n,), -math.inf, device=dev)
         prow = (picked[:, :, None] * g + torch.arange(g, device=dev)).view(n, m * g)  # sorted-table rows
-        est = scores.view(-1)[prow * n + torch.arange(n, device=dev)[:, None]].float()
+        by_query = scores.view(groups, g, n).permute(2, 0, 1)  # (n, groups, g) view, no copy
+        est = torch.gather(by_query, 1, picked[:, :, None].expand(n, m, g)).reshape(n, m * g).float()
         est = est + est.abs() * up + self._bias[prow]
         best = torch.topk(est, kc, dim=1)
         # Gathered rows left out have est <= the kc-th value (none are left out when m·g == kc).
@@ -263,8 +258,10 @@ class NearestNeighbourIndex:
 
         # Certificate (step 3): rows not re-ranked have s(e) <= threshold + slack; the k-th
         # re-ranked row has s >= kth. Norms in float32 are inflated to stay upper bounds.
-        nq_t = torch.linalg.vector_norm(q_screen.float(), dim=1).double() * (1 + 1e-4)
-        delta = torch.linalg.vector_norm(q_screen.float() - q32, dim=1).double() * (1 + 1e-4)  # exact diff
+        q_tilde = q_screen.float()
+        nq_t = torch.linalg.vector_norm(q_tilde, dim=1).double() * (1 + 1e-4)
+        delta = torch.linalg.vector_norm(q_tilde - q32, dim=1).double() * (1 + 1e-4) + in_unit * nq_t
+        err_max += in_unit * tilde_max  # TF32/bf16 "float32" matmuls round their inputs too
         if q64 is not None:
             delta = delta + (q32.double() - q64).norm(dim=1)
         gamma = 2 * self.dim * 2.0**-24 / (1 - 2 * self.dim * 2.0**-24)  # float32 accumulation, any order
@@ -280,7 +277,7 @@ class NearestNeighbourIndex:
         """The k best candidates exactly (ties to the lowest row), and a lower bound on the k-th score.
 
         Scores ``q·e − ‖e‖²/2`` come from a float32 batched product with error at most ``err``
-        (γ·‖q‖·‖e‖ accumulation plus the float32 rounding of q). When every gap among the first
+        (γ·‖q‖·‖e‖ accumulation, plus the float32 rounding of float64 q). When every gap among the first
         k+1 exceeds 2·err the order is certain; otherwise (close calls, duplicate rows) the query
         is re-ranked in float64.
         """
@@ -289,9 +286,9 @@ class NearestNeighbourIndex:
         n, kc = cand.shape
         gathered = self._table.index_select(0, cand.reshape(-1)).view(n, kc, -1)
         score = torch.bmm(gathered, q32[:, :, None])[:, :, 0].double() - self._half_sq[cand]
-        unit = _float32_unit()
+        gamma = self.dim * 2.0**-24 / (1 - self.dim * 2.0**-24) + 2 * _fp32_input_unit() + 1e-12
         nq = torch.linalg.vector_norm(q32, dim=1).double() * (1 + 1e-4)
-        err = (self.dim * unit / (1 - self.dim * unit) + 1e-12) * nq * self._emax + 1e-12 * self._bias_max
+        err = gamma * nq * self._emax + 1e-12 * self._bias_max
         if q64 is not None:
             err = err + (q32.double() - q64).norm(dim=1) * self._emax
         vals, pos = torch.topk(score, min(k + 1, kc), dim=1)
@@ -334,30 +331,11 @@ class NearestNeighbourIndex:
         return self._exact_rerank(q64, cand, k)[0]
 
 
-def _group_max(chunk: torch.Tensor, out: torch.Tensor) -> None:
-    """Maxima over axis 1 of a float chunk into ``out``, through an integer view of the bits.
-
-    torch's bfloat16 ``amax`` is not vectorised on CPU (~8x slower than int16). For floats
-    with a non-negative maximum, the signed-integer order of the bit patterns is the float order;
-    groups whose integer maximum is negative hold only negative floats, whose maximum is the
-    integer *minimum* (sign-magnitude), so those few are redone from the floats.
-    """
+def _fp32_input_unit() -> float:
+    """Rounding of the *inputs* of float32 matmuls: 0, or 2⁻⁸ if the user allowed TF32/bf16 ones."""
     import torch
 
-    as_int = {torch.bfloat16: torch.int16, torch.float32: torch.int32}[chunk.dtype]
-    out_int = out.view(as_int)
-    torch.amax(chunk.view(as_int), dim=1, out=out_int)
-    negative = out_int < 0
-    if bool(negative.any()):
-        gi, qi = torch.nonzero(negative, as_tuple=True)
-        out[gi, qi] = chunk[gi, :, qi].amax(dim=1)
-
-
-def _float32_unit() -> float:
-    """Unit roundoff of float32 products: 2⁻²⁴, unless the user allowed TF32/bf16 fp32 matmuls."""
-    import torch
-
-    return 2.0**-24 if torch.get_float32_matmul_precision() == "highest" else 2.0**-8
+    return 0.0 if torch.get_float32_matmul_precision() == "highest" else 2.0**-8
 
 
 def _cuda_reduced_precision() -> bool:

@@ -144,21 +144,28 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
 
     def timed(stage: str, fn: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
+        bar.set_description(stage)
         value = fn()
         timings[stage] = round(time.perf_counter() - t0, 3)
         return value
 
     defense = checked.defense
+    steps = 3 + len(checked.attacks)
+    bar = _progress_bar(steps, enabled=progress)
     say(f"fitting defense {config.defense}")
     timed("defense.fit", lambda: defense.fit(splits.victim_train, ctx=ctx))
+    bar.update(1)
     if dataset.has_labels:
         utility = dict(timed("defense.utility", lambda: defense.utility(splits.victim_test, ctx=ctx)))
     else:
         utility = {}
         warnings.append(f"dataset {dataset.name} has no task labels, so utility was not measured")
+    bar.update(1)
     release = timed("defense.release", lambda: defense.release(splits.victim_test, ctx=ctx))
+    bar.update(1)
     outcomes: dict[str, AttackResult | str] = {}
     for name, attack in checked.attacks.items():
+        bar.update(1)
         if not (attack.requires & release.kinds):
             outcomes[name] = (f"needs a release of kind {' or '.join(sorted(attack.requires))}; defense "
                               f"{config.defense} releases {', '.join(sorted(release.kinds))}")
@@ -169,6 +176,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
             outcomes[name] = timed(f"attack.{name}", lambda: attack.attack(release, splits.victim_test, ctx=ctx))
         except Skip as skip:
             outcomes[name] = str(skip)
+    bar.close()
     env = environment()
     env.update({"seed": config.seed, "device": ctx.device, "model": config.model,
                 "model_fingerprint": _model_fingerprint(config.model), "data_fingerprint": dataset.fingerprint,
@@ -190,6 +198,13 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     write_result(result, checked.out)
     say(f"wrote {checked.out / RESULT_FILE}")
     return result
+
+
+def _progress_bar(total: int, *, enabled: bool):  # noqa: ANN202 - tqdm
+    """A tqdm bar over the run's stages (disabled when not on a terminal or when quiet)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, unit="step", leave=False)
 
 
 def _jsonable_notes(notes: Any) -> dict[str, Any]:

@@ -8,7 +8,8 @@ import pytest
 
 from rapt_audit.cli import main
 
-RUN = ["run", "--defense", "identity", "--attacks", "all", "--profile", "smoke", "--quiet"]
+# The fast suite uses the prior-only attack; the full "--attacks all" run is the slow test below.
+RUN = ["run", "--defense", "identity", "--attacks", "random_guess", "--profile", "smoke", "--quiet"]
 
 
 def _result(out):
@@ -106,3 +107,26 @@ def test_ls_lists_plugins(capsys):
     out = capsys.readouterr().out
     for name in ("identity", "random_guess", "synthetic", "sst2", "empirical_privacy"):
         assert name in out
+
+
+def test_missing_model_says_how_to_provide_it(tmp_path, capsys):
+    missing = tmp_path / "no-model"
+    missing.mkdir()
+    assert main(RUN + ["--dataset", "synthetic", "--model", str(missing), "--out", str(tmp_path / "o")]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_all_attacks_end_to_end_on_real_sst2(tmp_path, data_dir):
+    """The issue's done-when: identity against every attack on SST-2 writes a complete result."""
+    out = tmp_path / "all"
+    assert main(["run", "--defense", "identity", "--attacks", "all", "--dataset", "sst2", "--profile", "smoke",
+                 "--data-dir", str(data_dir), "--out", str(out), "--quiet"]) == 0
+    doc = _result(out)
+    from rapt_audit.plugins import ATTACKS
+
+    assert set(doc["attacks"]) == set(ATTACKS.select("all"))
+    for name, outcome in doc["attacks"].items():
+        assert "skipped" in outcome or 0.0 <= outcome["empirical_privacy"]["ci_low"], name
+    # No privacy at all: the white-box attacker reads every token.
+    assert doc["attacks"]["whitebox"]["empirical_privacy"]["value"] == 0.0

@@ -57,3 +57,44 @@ def test_builtin_plugins_are_registered():
     load()
     assert "identity" in DEFENSES and "random_guess" in ATTACKS
     assert DEFENSES.get("identity").name == "identity"
+
+
+def test_entry_point_plugins_are_discovered(monkeypatch):
+    """Third-party plugins arrive through the rapt_audit.defenses / rapt_audit.attacks groups."""
+    from dataclasses import dataclass
+
+    import rapt_audit.plugins as plugins
+
+    @dataclass
+    class ThirdPartyDefense:
+        """A defense shipped by another package."""
+
+    class FakeEntryPoint:
+        name, value = "third_party", "pkg.mod:ThirdPartyDefense"
+
+        def load(self):
+            return ThirdPartyDefense
+
+    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(plugins, "entry_points",
+                        lambda group: [FakeEntryPoint()] if group == "rapt_audit.defenses" else [])
+    try:
+        plugins.load()
+        assert plugins.DEFENSES.get("third_party") is ThirdPartyDefense
+    finally:
+        plugins.DEFENSES.remove("third_party")
+
+
+def test_broken_entry_point_names_the_plugin(monkeypatch):
+    import rapt_audit.plugins as plugins
+
+    class Broken:
+        name, value = "broken", "pkg.mod:Missing"
+
+        def load(self):
+            raise ImportError("no module named pkg")
+
+    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [Broken()] if group == "rapt_audit.attacks" else [])
+    with pytest.raises(UsageError, match="plugin 'broken' from entry point 'pkg.mod:Missing' failed to load"):
+        plugins.load()

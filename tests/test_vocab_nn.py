@@ -181,7 +181,7 @@ def test_build_validates_matrix_and_warns_on_duplicates():
 def test_random_queries_match_exact(space, index):
     rng = np.random.default_rng(1)
     scale = space.vectors.std()
-    queries = np.concatenate([rng.standard_normal((600, 384)) * scale * s for s in (0.5, 2.0, 20.0)]).astype(np.float32)
+    queries = np.concatenate([rng.standard_normal((400, 384)) * scale * s for s in (0.5, 2.0, 20.0)]).astype(np.float32)
     np.testing.assert_array_equal(index.search(queries), exact_nearest(space.vectors, queries))
 
 
@@ -189,12 +189,13 @@ def test_noisy_queries_match_exact(space, index):
     rng = np.random.default_rng(2)
     batches = []
     for eta in ETAS:
-        clean = space.vectors[rng.integers(0, len(space.tokens), 1000)]
-        batches.append(clean + dchi(1000, 384, eta, rng))
+        clean = space.vectors[rng.integers(0, len(space.tokens), 800)]
+        batches.append(clean + dchi(800, 384, eta, rng))
     queries = np.concatenate(batches)
+    before = index.fallbacks
     got, want = index.search(queries), exact_nearest(space.vectors, queries)
     assert (got == want).mean() == 1.0
-    assert index.fallbacks < 0.05 * len(queries)  # the certificate rarely fails on realistic noise
+    assert index.fallbacks - before < 0.03 * len(queries)  # the certificate rarely fails on realistic noise
 
 
 def test_float64_and_float32_screen_and_extreme_queries(space, index):
