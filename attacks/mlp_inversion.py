@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
@@ -12,7 +13,7 @@ from rapt_audit.attack_base import check_disjoint
 from rapt_audit.context import RunContext
 from rapt_audit.errors import DataError, UsageError
 from rapt_audit.plugins import ATTACKS
-from rapt_audit.token_views import (TokenView, Units, accuracy, aligned_fraction, attacker_views, features,
+from rapt_audit.token_views import (TokenView, Units, accuracy, aligned_fraction, attacker_views, engine, features,
                                     release_kind, seeded_torch, train_torch, units_of, views_for)
 from rapt_audit.types import AttackerData, AttackResult, Record, Release, Skip
 
@@ -39,6 +40,17 @@ class MLPInversionAttack:
     reported as ``class_coverage`` (the attack's ceiling). ``majority_baseline`` is the accuracy of
     always guessing the attacker's most frequent token, the floor a learned attack must beat.
     Empirical privacy = 1 − top-1 token accuracy.
+
+    Output head. With ``nn_head`` (default) the MLP outputs a correction δ of the released vector v
+    and class c scores ``b_c + s·(h·e_c − ‖e_c‖²/2)`` with ``h = v + δ``: a learned token prior b_c
+    plus a scaled negative squared distance to the class's public embedding e_c (fixed). δ's last
+    layer and b start at zero and s at 1/σ² of a Gaussian fit to the release error on attacker-train,
+    so the untrained network *is* nearest-neighbour decoding over the classes (epoch 0 of the epoch
+    selection) and training is kept only when it improves on that on attacker-valid data. The
+    adversary holds the public model (DESIGN §2), so the head uses nothing it does not have. With a
+    few examples per class a plain softmax layer (``nn_head=false``, the literal RAPT description;
+    it wants ``lr=1e-3``) cannot learn the embedding geometry and falls far below nearest-neighbour
+    inversion at low noise (SST-2, 2,000 attacker records, embedding η = 125: 0.54 vs 0.98).
     """
 
     name: ClassVar[str] = "mlp_inversion"
@@ -46,17 +58,18 @@ class MLPInversionAttack:
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "smoke": {"hidden": 128, "epochs": 5, "batch_size": 512, "max_classes": 1000, "context": False,
                   "patience": 2},
-        "cpu": {"hidden": 512, "epochs": 12, "max_classes": 5000, "context": False},
+        "cpu": {"hidden": 512, "epochs": 8, "max_classes": 5000, "context": False, "patience": 2},
     }
 
     hidden: int = 512
     dropout: float = 0.2
     epochs: int = 20
     batch_size: int = 256
-    lr: float = 1e-3
+    lr: float = 3e-4
     weight_decay: float = 0.0
     max_classes: int = 10000
     context: bool = True
+    nn_head: bool = True
     patience: int = 3
     min_train_records: int = 20
     min_valid_records: int = 5
@@ -78,9 +91,45 @@ class MLPInversionAttack:
         if not 0.0 <= self.dropout < 1.0 or self.lr <= 0 or self.weight_decay < 0:
             raise UsageError("mlp_inversion needs 0 <= dropout < 1, lr > 0 and weight_decay >= 0")
 
-    def _inputs(self, views: Sequence[TokenView], units: Units, ctx: RunContext) -> np.ndarray:
-        x = features(views, ctx=ctx, context=self.context)[units.source[units.aligned]]
-        return (x - self._mean) / self._std if self._mean is not None else x
+    def _inputs(self, views: Sequence[TokenView], units: Units, ctx: RunContext,
+                feats: np.ndarray | None = None) -> np.ndarray:
+        """Network input per aligned unit: standardised features, then (``nn_head``) the raw released vector."""
+        idx = units.source[units.aligned]
+        feats = features(views, ctx=ctx, context=self.context) if feats is None else feats
+        x = (feats[idx] - self._mean) / self._std
+        if self.nn_head:  # the released vector itself comes first in the features
+            x = np.concatenate([x, feats[idx, :views[0].released_vectors.shape[1]]], axis=1)
+        return x.astype(np.float32)
+
+    def _build(self, in_dim: int, class_vectors: np.ndarray, scale: float, device: str) -> Any:
+        import torch
+
+        hidden, n_classes = int(self.hidden), len(class_vectors)
+        if not self.nn_head:
+            return torch.nn.Sequential(torch.nn.Linear(in_dim, hidden), torch.nn.ReLU(),
+                                       torch.nn.Dropout(self.dropout), torch.nn.Linear(hidden, n_classes)).to(device)
+        d = class_vectors.shape[1]
+
+        class NearestHead(torch.nn.Module):
+            """h = v + MLP(features); logits = b_c + s·(h·e_c − ‖e_c‖²/2) (see the class docstring)."""
+
+            def __init__(self, dropout: float) -> None:
+                super().__init__()
+                self.body = torch.nn.Sequential(torch.nn.Linear(in_dim, hidden), torch.nn.ReLU(),
+                                                torch.nn.Dropout(dropout), torch.nn.Linear(hidden, d))
+                torch.nn.init.zeros_(self.body[-1].weight)  # δ = 0: the untrained net is NN decoding
+                torch.nn.init.zeros_(self.body[-1].bias)
+                classes = torch.tensor(class_vectors, dtype=torch.float32)
+                self.register_buffer("classes", classes)  # the public embeddings stay fixed
+                self.register_buffer("half_sq", 0.5 * (classes * classes).sum(dim=1))
+                self.bias = torch.nn.Parameter(torch.zeros(n_classes))  # learns the token prior
+                self.log_scale = torch.nn.Parameter(torch.tensor(math.log(scale), dtype=torch.float32))
+
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                h = x[:, in_dim:] + self.body(x[:, :in_dim])
+                return self.bias + self.log_scale.exp() * (h @ self.classes.T - self.half_sq)
+
+        return NearestHead(self.dropout).to(device)
 
     def _predict(self, x: np.ndarray, k: int, device: str) -> np.ndarray:
         """Rows of the ``k`` most probable classes per input (best first)."""
@@ -118,19 +167,23 @@ class MLPInversionAttack:
         self._majority_row = int(ranked[0])
         lookup = {row: i for i, row in enumerate(ranked)}
         y = np.array([lookup.get(row, -1) for row in targets], dtype=np.int64)
-        self._mean = self._std = None
-        x = self._inputs(train_views, train_units, ctx)
+        feats = features(train_views, ctx=ctx, context=self.context)
         keep = y >= 0
-        x, y = x[keep], y[keep]
+        x = feats[train_units.source[train_units.aligned]][keep]
         self._mean = x.mean(axis=0, keepdims=True)
         self._std = np.maximum(x.std(axis=0, keepdims=True), 1e-6)
-        x = ((x - self._mean) / self._std).astype(np.float32)
-        valid_x = self._inputs(valid_views, valid_units, ctx).astype(np.float32)
+        x, y = self._inputs(train_views, train_units, ctx, feats)[keep], y[keep]
+        valid_x = self._inputs(valid_views, valid_units, ctx)
         seed = ctx.seed_for("attack", self.name, "train")
+        space = engine(ctx).space
+        # Initial sharpness of the nearest-neighbour head: 1/σ² of a Gaussian fit to the release error
+        # (released − original vector) on attacker-train, the likelihood scale of NN decoding.
+        d = space.dim
+        error = feats[train_units.source[train_units.aligned]][:, :d] - space.vectors[targets]
+        scale = float(np.clip(d / max(float((error * error).sum(axis=1).mean()), 1e-12), 1e-3, 1e4))
         with seeded_torch(seed, ctx.device):
-            self._net = torch.nn.Sequential(
-                torch.nn.Linear(x.shape[1], int(self.hidden)), torch.nn.ReLU(), torch.nn.Dropout(self.dropout),
-                torch.nn.Linear(int(self.hidden), len(ranked))).to(ctx.device)
+            self._net = self._build(int(self._mean.shape[1]), np.asarray(space.vectors[self._class_rows]), scale,
+                                    ctx.device)
 
             def valid_accuracy(_model: Any) -> float:
                 if valid_units.source.size == 0:
@@ -149,7 +202,7 @@ class MLPInversionAttack:
             "train_tokens_outside_classes": int((~keep).sum()), "valid_tokens": int(valid_units.source.size),
             "best_epoch": outcome.best_epoch,
             "valid_token_accuracy_by_epoch": [round(v, 4) for v in outcome.valid_curve],
-            "context": bool(self.context), "input_dim": int(x.shape[1])}
+            "context": bool(self.context), "nn_head": bool(self.nn_head), "feature_dim": int(self._mean.shape[1])}
         return self
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:

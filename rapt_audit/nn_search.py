@@ -57,9 +57,10 @@ def _as_matrix(name: str, x: Any, dim: int | None = None) -> np.ndarray:
         raise ValueError(f"{name} must be a 2-D float array, but has shape {arr.shape} and dtype {arr.dtype}")
     if dim is not None and arr.shape[1] != dim:
         raise ValueError(f"{name} must have {dim} columns (the table's width), but has {arr.shape[1]}")
-    finite = np.isfinite(arr).all(axis=1)
-    if not finite.all():
-        bad = np.flatnonzero(~finite)
+    # Chunked, so that checking a long input never allocates an n × d temporary.
+    bad = np.concatenate([s + np.flatnonzero(~np.isfinite(arr[s:s + 65536]).all(axis=1))
+                          for s in range(0, arr.shape[0], 65536)] + [np.empty(0, dtype=np.int64)])
+    if bad.size:
         raise ValueError(f"{name} contain NaN or infinite values in {bad.size} row(s) (first: row {bad[0]}); "
                          "refusing to search (argmin over NaN/inf silently returns row 0)")
     return arr
@@ -239,8 +240,11 @@ class NearestNeighbourIndex:
 
         kc = min(max(self.candidates, k), self.table.shape[0])
         m = min(groups, -(-kc // g) + self.extra_groups)  # groups gathered
-        bound = maxima.float().T
-        bound = bound + bound.abs() * up + self._group_bias  # per group: >= screen value + bias, any row
+        bound = maxima.float().T  # per group, below: >= screen value + bias of any of its rows
+        if rows_s.dtype == torch.bfloat16:  # clamped maxima are >= 0: rounding up is a scaling
+            bound = torch.add(self._group_bias, bound, alpha=1.0 + up)
+        else:
+            bound = bound + bound.abs() * up + self._group_bias
         if m < groups:
             top = torch.topk(bound, m + 1, dim=1)
             picked, left_out = top.indices[:, :m], top.values[:, m]
@@ -325,8 +329,7 @@ class NearestNeighbourIndex:
         for s in range(0, self.table.shape[0], 4096):
             parts.append(q64 @ self._table[s:s + 4096].double().T - self._half_sq[s:s + 4096])
         score = torch.cat(parts, dim=1)
-        # Spare candidates (stable: ties keep the lowest row first), then the same final ranking
-        # as the fast path.
+        # Spare candidates (stable sort: lowest row first on ties), then the fast path's final ranking.
         cand = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :min(k + 8, score.shape[1])]
         return self._exact_rerank(q64, cand, k)[0]
 
@@ -339,13 +342,10 @@ def _fp32_input_unit() -> float:
 
 
 def _cuda_reduced_precision() -> bool:
-    """Whether cuBLAS may reduce bf16 GEMMs in reduced precision (read, never set)."""
-    try:
-        import torch
+    """Whether cuBLAS may reduce bf16 GEMMs in reduced precision (read, never set; torch's default: yes)."""
+    import torch
 
-        return bool(torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
-    except Exception:  # pragma: no cover - older torch: assume the worst
-        return True
+    return bool(getattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", True))
 
 
 def exact_nearest(table: np.ndarray, queries: np.ndarray, *, chunk: int = 512) -> np.ndarray:

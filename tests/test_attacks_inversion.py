@@ -78,6 +78,20 @@ def fitted(mctx, splits, released):
     return get
 
 
+@pytest.fixture(scope="module")
+def whitebox_accuracy(mctx, splits, released):
+    """(defense name, η) → whitebox token accuracy on the victim release, once per module."""
+    cache: dict = {}
+
+    def get(defense_name: str, eta: float) -> Estimate:
+        if (defense_name, eta) not in cache:
+            result = run_attack("whitebox", *released(defense_name, eta), splits, mctx)
+            cache[(defense_name, eta)] = result.metrics["token_accuracy"]
+        return cache[(defense_name, eta)]
+
+    return get
+
+
 def run_attack(name, defense, release, splits, ctx, **args):
     attack = make_plugin(ATTACKS, name, {**ATTACKS.get(name).profiles["smoke"], **args})
     return attack.fit(splits.attacker, defense, ctx=ctx).attack(release, splits.victim_test, ctx=ctx)
@@ -102,18 +116,18 @@ def test_identity_release_is_fully_recovered(mctx, splits, released):
 
 
 @pytest.mark.parametrize("eta", [75.0, 100.0])
-def test_embedding_whitebox_matches_replacement_probability(mctx, splits, released, eta):
+def test_embedding_whitebox_matches_replacement_probability(mctx, splits, released, whitebox_accuracy, eta):
     # Whitebox NN inversion of a noisy embedding is correct exactly when the T2T decode of that
     # token is not a replacement: the same event, drawn with independent noise. So the recovery
     # must equal 1 - replacement within the two intervals (a per-coordinate noise bug, or a
     # search over a different table, would break this at mid-range replacement probabilities).
     from rapt_audit.stats import wilson
 
-    defense, release = released("embedding", eta)
+    defense, _ = released("embedding", eta)
     texts = [r.text for r in splits.victim_test]
     count = defense.replacement_count(texts, eta=eta, rng=np.random.default_rng(17), ctx=mctx)
     kept = wilson(count.perturbed - count.replaced, count.perturbed)
-    recovered = run_attack("whitebox", defense, release, splits, mctx).metrics["token_accuracy"]
+    recovered = whitebox_accuracy("embedding", eta)
     assert 0.05 < kept.value < 0.95, "pick η where the comparison is informative"
     assert result_overlap(recovered, kept), (recovered, kept)
 
@@ -137,22 +151,32 @@ def test_whitebox_privacy_rises_as_eta_falls(mctx, splits, released, defense_nam
     assert at_200.ci_high < at_100.ci_low and at_100.ci_high < at_50.ci_low, privacy
 
 
-def test_mlp_inversion_beats_the_prior_on_embeddings(mctx, splits, released, fitted):
-    # At η = 75 the noise norm (≈5) is ~5x the embedding norm: a learned attack still recovers a
-    # large share of tokens, far above always guessing the attacker's most frequent token.
-    result = attack_with(fitted, released, splits, mctx, "mlp_inversion", "embedding", 75.0)
+@pytest.mark.parametrize(("defense_name", "eta"), [("embedding", 75.0), ("t2t", 100.0)])
+def test_mlp_inversion_beats_the_prior_and_keeps_up_with_whitebox(mctx, splits, released, fitted, whitebox_accuracy,
+                                                                  defense_name, eta):
+    # embedding η = 75: noise norm ≈ 5, ~5x the embedding norm; t2t η = 100: ~15 % of tokens replaced.
+    # The learned attack must beat always guessing the attacker's most frequent token by a wide
+    # margin. Its untrained state is nearest-neighbour decoding restricted to its classes, which is
+    # right whenever full-vocabulary NN is right and the token is a class (class_coverage = 1 on
+    # the synthetic corpus); epochs are kept only if they improve on attacker-valid, so it cannot
+    # fall below the whitebox attack's interval by more than validation noise.
+    result = attack_with(fitted, released, splits, mctx, "mlp_inversion", defense_name, eta)
     acc, prior = result.metrics["token_accuracy"], result.metrics["majority_baseline"]
     assert acc.ci_low > prior.ci_high, (acc, prior)
+    assert result.details["class_coverage"] == 1.0
+    assert acc.value >= whitebox_accuracy(defense_name, eta).ci_low, (acc, whitebox_accuracy(defense_name, eta))
     assert result.metrics["token_accuracy_top5"].value >= acc.value
     assert_in_unit_interval(result.empirical_privacy)
-    assert result.details["best_epoch"] >= 1  # selected on attacker-valid, and better than untrained
 
 
-def test_mlp_inversion_learns_on_t2t(mctx, splits, released, fitted):
-    result = attack_with(fitted, released, splits, mctx, "mlp_inversion", "t2t", 100.0)
+def test_plain_mlp_head_learns_from_scratch(mctx, splits, released):
+    # The literal RAPT MLP (softmax layer, no nearest-neighbour initialisation) starts at chance,
+    # so beating the prior here shows that training itself recovers tokens from noisy vectors.
+    result = run_attack("mlp_inversion", *released("embedding", 100.0), splits, mctx, nn_head=False,
+                        lr=1e-3)
     acc, prior = result.metrics["token_accuracy"], result.metrics["majority_baseline"]
+    assert result.details["best_epoch"] >= 1
     assert acc.ci_low > prior.ci_high, (acc, prior)
-    assert 0.0 < result.details["class_coverage"] <= 1.0
 
 
 def test_ae_mse_rises_as_eta_falls(mctx, splits, released, fitted):
