@@ -87,15 +87,15 @@ def format_result(result: Any) -> str:
     lines = [f"defense {result.defense['name']} on {result.dataset['name']}  ({result.signature})"]
     for warning in result.warnings:
         lines.append(f"WARNING: {warning}")
-    lines.append(f"{'measure':<34} {'value':>8}   95% CI")
+    lines.append(f"{'measure':<40} {'value':>8}   95% CI")
     for name, est in result.utility.items():
-        lines.append(f"{'utility ' + name + ' ↑':<34} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
+        lines.append(f"{'utility ' + name + ' ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
     for name, outcome in result.attacks.items():
         if isinstance(outcome, str):
-            lines.append(f"{name + ' empirical privacy':<34} {'skipped':>8}   {outcome}")
+            lines.append(f"{name + ' empirical privacy':<40} {'skipped':>8}   {outcome}")
             continue
         est = outcome.empirical_privacy
-        lines.append(f"{name + ' empirical privacy ↑':<34} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
+        lines.append(f"{name + ' empirical privacy ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
     return "\n".join(lines)
 
 

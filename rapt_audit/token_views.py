@@ -20,8 +20,9 @@ by the learned attacks; torch is imported lazily inside them.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -105,9 +106,9 @@ def build_views(release: Release, records: Sequence[Record], *, ctx: RunContext,
     if tuple(release.uids) != tuple(r.uid for r in records):
         raise ValueError("the release's uids do not match the records' uids in order; attack the release "
                          "with exactly the records it was made from")
-    engine = token_engine(ctx)
-    space = engine.space
-    originals = [np.asarray(ids, dtype=np.int64) for ids in engine.token_ids([original_text(r, kind) for r in records])]
+    eng = token_engine(ctx)
+    space = eng.space
+    originals = [np.asarray(ids, dtype=np.int64) for ids in eng.token_ids([original_text(r, kind) for r in records])]
     views = []
     if kind == "token_embeddings":
         for record, ids, vectors in zip(records, originals, release.token_embeddings):
@@ -120,7 +121,7 @@ def build_views(release: Release, records: Sequence[Record], *, ctx: RunContext,
         return views
     if kind != "texts":
         raise ValueError(f"unsupported release kind {kind!r}")
-    released = [np.asarray(ids, dtype=np.int64) for ids in engine.token_ids(list(release.texts))]
+    released = [np.asarray(ids, dtype=np.int64) for ids in eng.token_ids(list(release.texts))]
     for record, ids, out in zip(records, originals, released):
         pairs = align(ids.tolist(), out.tolist())
         alignment = np.array([-1 if j is None else j for j in pairs], dtype=np.int64)
@@ -221,9 +222,9 @@ def attacker_views(aux: AttackerData, defense: Any, *, ctx: RunContext, attack: 
     """
     from rapt_audit.attack_base import adaptive_release, require_size
 
+    release_kind(frozenset(getattr(defense, "exposes", frozenset())), attack=attack)  # Skip before any work
     require_size(aux.train, min_train, attack=attack, what="attacker-train")
     require_size(aux.valid, min_valid, attack=attack, what="attacker-valid")
-    release_kind(frozenset(getattr(defense, "exposes", frozenset())), attack=attack)
     train_release = adaptive_release(defense, aux.train, ctx=ctx)
     valid_release = adaptive_release(defense, aux.valid, ctx=ctx)
     kind = release_kind(train_release.kinds, attack=attack)
@@ -370,19 +371,24 @@ def train_torch(model: Any, *, x: np.ndarray, y: np.ndarray, loss: Callable[[Any
     return TrainOutcome(best_state, best_epoch, curve)
 
 
-def seeded_torch(seed: int, device: str):  # noqa: ANN201 - a context manager
-    """A context in which torch's global RNG is seeded with ``seed`` and restored afterwards."""
+@contextmanager
+def seeded_torch(seed: int, device: str) -> Iterator[None]:
+    """A context for training the attacks' small networks.
+
+    Inside it torch's global RNG is seeded with ``seed`` (and restored afterwards), and on CPU torch
+    runs single-threaded: these networks are too small to gain from intra-op threads, and on a
+    shared 2-core machine two OpenMP threads competing with other processes were measured 10-40x
+    slower than one (spin-waiting on a descheduled thread).
+    """
     import torch
 
-    devices = [torch.cuda.current_device()] if str(device).startswith("cuda") and torch.cuda.is_available() else []
-    cm = torch.random.fork_rng(devices=devices)
-
-    class _Seeded:
-        def __enter__(self) -> None:
-            cm.__enter__()
-            torch.manual_seed(seed % (2**63))
-
-        def __exit__(self, *exc: object) -> None:
-            cm.__exit__(*exc)
-
-    return _Seeded()
+    cuda = str(device).startswith("cuda") and torch.cuda.is_available()
+    threads = torch.get_num_threads()
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
+        torch.manual_seed(seed % (2**63))
+        if not cuda:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)

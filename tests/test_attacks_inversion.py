@@ -39,7 +39,14 @@ INVERSION = ("whitebox", "mlp_inversion", "ae_inversion", "mutual_info")
 
 @pytest.fixture(scope="module")
 def mctx(tmp_path_factory) -> RunContext:
-    return RunContext(seed=5, profile="smoke", device="cpu", cache_dir=tmp_path_factory.mktemp("cache"))
+    # One torch thread for this module: on a shared 2-core machine two OpenMP threads competing
+    # with other processes were measured 10x slower than one on the searches and small matmuls here.
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield RunContext(seed=5, profile="smoke", device="cpu", cache_dir=tmp_path_factory.mktemp("cache"))
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
