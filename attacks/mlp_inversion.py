@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -44,9 +44,11 @@ class MLPInversionAttack:
     Output head. With ``nn_head`` (default) the MLP outputs a correction δ of the released vector v
     and class c scores ``b_c + s·(h·e_c − ‖e_c‖²/2)`` with ``h = v + δ``: a learned token prior b_c
     plus a scaled negative squared distance to the class's public embedding e_c (fixed). δ's last
-    layer and b start at zero and s at 1/σ² of a Gaussian fit to the release error on attacker-train,
-    so the untrained network *is* nearest-neighbour decoding over the classes (epoch 0 of the epoch
-    selection) and training is kept only when it improves on that on attacker-valid data. The
+    layer starts at zero, b at the log frequency of the class in attacker-train, and s at 1/σ² of a
+    Gaussian fit to the release error (released − original vector) on attacker-train, rescaled by the
+    power of two best on attacker-valid. The untrained network is thus a prior-weighted nearest-
+    neighbour (MAP-style) decoder over the classes — epoch 0 of the epoch selection — and training is
+    kept only when it improves on that on attacker-valid data. The
     adversary holds the public model (DESIGN §2), so the head uses nothing it does not have. With a
     few examples per class a plain softmax layer (``nn_head=false``, the literal RAPT description;
     it wants ``lr=1e-3``) cannot learn the embedding geometry and falls far below nearest-neighbour
@@ -101,7 +103,8 @@ class MLPInversionAttack:
             x = np.concatenate([x, feats[idx, :views[0].released_vectors.shape[1]]], axis=1)
         return x.astype(np.float32)
 
-    def _build(self, in_dim: int, class_vectors: np.ndarray, scale: float, device: str) -> Any:
+    def _build(self, in_dim: int, class_vectors: np.ndarray, scale: float, log_prior: np.ndarray,
+               device: str) -> Any:
         import torch
 
         hidden, n_classes = int(self.hidden), len(class_vectors)
@@ -117,12 +120,12 @@ class MLPInversionAttack:
                 super().__init__()
                 self.body = torch.nn.Sequential(torch.nn.Linear(in_dim, hidden), torch.nn.ReLU(),
                                                 torch.nn.Dropout(dropout), torch.nn.Linear(hidden, d))
-                torch.nn.init.zeros_(self.body[-1].weight)  # δ = 0: the untrained net is NN decoding
+                torch.nn.init.zeros_(self.body[-1].weight)  # δ = 0: the untrained net decodes v itself
                 torch.nn.init.zeros_(self.body[-1].bias)
                 classes = torch.tensor(class_vectors, dtype=torch.float32)
                 self.register_buffer("classes", classes)  # the public embeddings stay fixed
                 self.register_buffer("half_sq", 0.5 * (classes * classes).sum(dim=1))
-                self.bias = torch.nn.Parameter(torch.zeros(n_classes))  # learns the token prior
+                self.bias = torch.nn.Parameter(torch.tensor(log_prior, dtype=torch.float32))  # token prior
                 self.log_scale = torch.nn.Parameter(torch.tensor(math.log(scale), dtype=torch.float32))
 
             def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -130,6 +133,26 @@ class MLPInversionAttack:
                 return self.bias + self.log_scale.exp() * (h @ self.classes.T - self.half_sq)
 
         return NearestHead(self.dropout).to(device)
+
+    def _calibrate_scale(self, scale: float, valid_accuracy: Callable[[Any], float]) -> float:
+        """The initial head scale s (factors 2^-12 … 2^4 of ``scale``) best on attacker-valid data.
+
+        s weighs the distance term against the token prior b; a released text token is not a
+        Gaussian perturbation of the original (at small η it is an unrelated word), so the fitted
+        1/σ² can be far too sharp, and Adam would need thousands of steps to move log s that far.
+        """
+        import torch
+
+        best, best_scale = -1.0, scale
+        for factor in 2.0 ** np.arange(-12, 5):
+            with torch.no_grad():
+                self._net.log_scale.fill_(math.log(scale * factor))
+            score = valid_accuracy(self._net)
+            if score > best:
+                best, best_scale = score, scale * factor
+        with torch.no_grad():
+            self._net.log_scale.fill_(math.log(best_scale))
+        return float(best_scale)
 
     def _predict(self, x: np.ndarray, k: int, device: str) -> np.ndarray:
         """Rows of the ``k`` most probable classes per input (best first)."""
@@ -181,9 +204,10 @@ class MLPInversionAttack:
         d = space.dim
         error = feats[train_units.source[train_units.aligned]][:, :d] - space.vectors[targets]
         scale = float(np.clip(d / max(float((error * error).sum(axis=1).mean()), 1e-12), 1e-3, 1e4))
+        log_prior = np.log(np.array([counts[row] for row in ranked], dtype=np.float64) / len(targets))
         with seeded_torch(seed, ctx.device):
             self._net = self._build(int(self._mean.shape[1]), np.asarray(space.vectors[self._class_rows]), scale,
-                                    ctx.device)
+                                    log_prior, ctx.device)
 
             def valid_accuracy(_model: Any) -> float:
                 if valid_units.source.size == 0:
@@ -193,6 +217,8 @@ class MLPInversionAttack:
                     guess[valid_units.aligned] = self._predict(valid_x, 1, ctx.device)[:, 0]
                 return float((guess == valid_units.target_row).mean())
 
+            if self.nn_head:  # the Gaussian scale is a poor likelihood for text releases: tune it first
+                scale = self._calibrate_scale(scale, valid_accuracy)
             outcome = train_torch(self._net, x=x, y=y, loss=torch.nn.functional.cross_entropy,
                                   valid_score=valid_accuracy, epochs=int(self.epochs),
                                   batch_size=int(self.batch_size), lr=self.lr, weight_decay=self.weight_decay,
@@ -202,7 +228,8 @@ class MLPInversionAttack:
             "train_tokens_outside_classes": int((~keep).sum()), "valid_tokens": int(valid_units.source.size),
             "best_epoch": outcome.best_epoch,
             "valid_token_accuracy_by_epoch": [round(v, 4) for v in outcome.valid_curve],
-            "context": bool(self.context), "nn_head": bool(self.nn_head), "feature_dim": int(self._mean.shape[1])}
+            "context": bool(self.context), "nn_head": bool(self.nn_head), "feature_dim": int(self._mean.shape[1]),
+            "initial_scale": scale if self.nn_head else None}
         return self
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
