@@ -7,14 +7,13 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.attack_base import check_disjoint
 from rapt_audit.context import RunContext
 from rapt_audit.errors import DataError, UsageError
 from rapt_audit.metrics import metric
 from rapt_audit.plugins import ATTACKS
 from rapt_audit.token_views import (Units, accuracy, aligned_fraction, attacker_views, engine, features,
-                                    per_record_mean, release_kind, seeded_torch, train_torch, units_of, views_for)
-from rapt_audit.types import AttackerData, AttackResult, Record, Release, Skip
+                                    per_record_mean, seeded_torch, train_torch, trained_victim_views, units_of)
+from rapt_audit.types import AttackerData, AttackResult, Record, Release
 
 metric("reconstruction_mse", "privacy", True,
        "autoencoder reconstruction error ||x - x_hat||^2 of original token embeddings (RAPT's AE metric)",
@@ -140,14 +139,7 @@ class AEInversionAttack:
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Reconstruct every victim token embedding from its release; score MSE and NN accuracy."""
-        if self._aux is None or self._net is None:
-            raise UsageError("ae_inversion: call fit(aux, defense, ctx=...) before attack")
-        check_disjoint(self._aux, truth)
-        kind = release_kind(release.kinds, attack=self.name)
-        if kind != self._kind:
-            raise Skip(f"ae_inversion was trained on {self._kind} releases but the victim release holds {kind}")
-        _, views = views_for(release, truth, ctx=ctx, attack=self.name, supported=(kind,))
-        units = units_of(views)
+        views, units = trained_victim_views(self, release, truth, ctx=ctx)
         space = engine(ctx).space
         target = np.asarray(space.vectors[units.target_row], dtype=np.float32)
         rec = self._reconstruct(features(views, ctx=ctx, context=self.context), units, ctx.device)

@@ -9,13 +9,12 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.attack_base import check_disjoint
 from rapt_audit.context import RunContext
 from rapt_audit.errors import DataError, UsageError
 from rapt_audit.plugins import ATTACKS
 from rapt_audit.token_views import (TokenView, Units, accuracy, aligned_fraction, attacker_views, engine, features,
-                                    release_kind, seeded_torch, train_torch, units_of, views_for)
-from rapt_audit.types import AttackerData, AttackResult, Record, Release, Skip
+                                    seeded_torch, train_torch, trained_victim_views, units_of)
+from rapt_audit.types import AttackerData, AttackResult, Record, Release
 
 
 _PREDICT_BATCH = 4096
@@ -234,14 +233,7 @@ class MLPInversionAttack:
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Predict every victim token from its released representation; score against ``truth``."""
-        if self._aux is None or self._net is None:
-            raise UsageError("mlp_inversion: call fit(aux, defense, ctx=...) before attack")
-        check_disjoint(self._aux, truth)
-        kind = release_kind(release.kinds, attack=self.name)
-        if kind != self._kind:
-            raise Skip(f"mlp_inversion was trained on {self._kind} releases but the victim release holds {kind}")
-        _, views = views_for(release, truth, ctx=ctx, attack=self.name, supported=(kind,))
-        units = units_of(views)
+        views, units = trained_victim_views(self, release, truth, ctx=ctx)
         k = min(5, len(self._class_rows))
         guesses = self._guesses(views, units, ctx, k)
         rng = ctx.rng("attack", self.name)

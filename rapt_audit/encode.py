@@ -16,6 +16,20 @@ from rapt_audit.models import LoadedModel
 MAX_TOKENS = 126  # 128 positions minus [CLS] and [SEP] (the papers' maximum length)
 
 
+def pad_embeddings(seqs: Sequence):  # noqa: ANN201 - (torch.Tensor, torch.Tensor)
+    """Right-pad ``(n_i, d)`` tensors into one ``(batch, max n, d)`` tensor and its attention mask."""
+    import torch
+
+    first = seqs[0]
+    length = max(x.shape[0] for x in seqs)
+    embeds = torch.zeros(len(seqs), length, first.shape[1], device=first.device)
+    mask = torch.zeros(len(seqs), length, dtype=torch.long, device=first.device)
+    for row, x in enumerate(seqs):
+        embeds[row, :x.shape[0]] = x
+        mask[row, :x.shape[0]] = 1
+    return embeds, mask
+
+
 def pooled_from_embeddings(model: LoadedModel, sequences: Sequence[np.ndarray], *, batch_size: int = 64) -> np.ndarray:
     """Mean-pooled last hidden states for each sequence of input embeddings ``(n_i, d)``.
 
@@ -38,12 +52,7 @@ def pooled_from_embeddings(model: LoadedModel, sequences: Sequence[np.ndarray], 
                 pieces = [v[None] for v in (cls_vec,) if v is not None] + [body.reshape(-1, table.shape[1])]
                 pieces += [v[None] for v in (sep_vec,) if v is not None]
                 parts.append(torch.cat(pieces))
-            length = max(p.shape[0] for p in parts)
-            embeds = torch.zeros(len(parts), length, table.shape[1], device=model.device)
-            mask = torch.zeros(len(parts), length, dtype=torch.long, device=model.device)
-            for row, part in enumerate(parts):
-                embeds[row, :part.shape[0]] = part
-                mask[row, :part.shape[0]] = 1
+            embeds, mask = pad_embeddings(parts)
             hidden = model.model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
             weights = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)

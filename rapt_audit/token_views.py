@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from rapt_audit.align import align
+from rapt_audit.attack_base import check_disjoint
+from rapt_audit.errors import UsageError
 from rapt_audit.metrics import metric
 from rapt_audit.stats import bootstrap_mean
 from rapt_audit.types import AttackerData, Estimate, Record, Release, Skip
@@ -295,12 +297,9 @@ def contextual_states(views: Sequence[TokenView], *, ctx: RunContext, batch_size
             for v, s in batch:
                 body = torch.as_tensor(views[v].released_vectors[s:s + CONTEXT_WINDOW], device=model.device)
                 seqs.append(torch.cat(ends[:1] + [body] + ends[1:]) if len(ends) == 2 else body)
-            length = max(x.shape[0] for x in seqs)
-            embeds = torch.zeros(len(seqs), length, table.shape[1], device=model.device)
-            mask = torch.zeros(len(seqs), length, dtype=torch.long, device=model.device)
-            for row, x in enumerate(seqs):
-                embeds[row, :x.shape[0]] = x
-                mask[row, :x.shape[0]] = 1
+            from rapt_audit.encode import pad_embeddings
+
+            embeds, mask = pad_embeddings(seqs)
             hidden = net(inputs_embeds=embeds, attention_mask=mask).last_hidden_state.float().cpu().numpy()
             lead = 1 if len(ends) == 2 else 0
             for row, (v, s) in enumerate(batch):
@@ -392,3 +391,20 @@ def seeded_torch(seed: int, device: str) -> Iterator[None]:
             yield
         finally:
             torch.set_num_threads(threads)
+
+
+def trained_victim_views(attack: Any, release: Release, truth: Sequence[Record], *, ctx: RunContext
+                         ) -> tuple[list[TokenView], Any]:
+    """Views and units of the victim release for a trained attack (``_aux``, ``_net``, ``_kind`` set by fit).
+
+    Checks that the attack was fitted, that victim and attacker data are disjoint, and that the
+    release is of the kind the attack was trained on (else :class:`Skip`).
+    """
+    if attack._aux is None or attack._net is None:
+        raise UsageError(f"{attack.name}: call fit(aux, defense, ctx=...) before attack")
+    check_disjoint(attack._aux, truth)
+    kind = release_kind(release.kinds, attack=attack.name)
+    if kind != attack._kind:
+        raise Skip(f"{attack.name} was trained on {attack._kind} releases but the victim release holds {kind}")
+    _, views = views_for(release, truth, ctx=ctx, attack=attack.name, supported=(kind,))
+    return views, units_of(views)
