@@ -16,6 +16,8 @@ from rapt_audit.errors import RaptAuditError
 EPILOG = """examples:
   rapt-audit run --defense identity --attacks all --dataset sst2 --out runs/demo
   rapt-audit run --defense identity --set data.victim_test=300 --profile smoke
+  rapt-audit run --defense t2t --sweep eta=25,75,125,inf --out runs/t2t-eta
+  rapt-audit report runs/t2t-eta --out runs/t2t-eta/report.html
   rapt-audit ls attacks
 data: --data-dir DIR or RAPT_AUDIT_DATA=DIR (the folder holding sst2/, trustpilot/, conll2003/ ...)."""
 
@@ -37,6 +39,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=S, choices=["auto", "cpu", "cuda"], help="torch device (default auto)")
     p.add_argument("--data-dir", dest="data_dir", default=S, help="data directory (default $RAPT_AUDIT_DATA)")
     p.add_argument("--force", action="store_true", default=S, help="re-run even if --out holds this run")
+    p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
+                        "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
@@ -50,9 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("ls", help="list defenses, attacks, datasets or metrics")
     ls.add_argument("kind", nargs="?", default="all", choices=["all", "defenses", "attacks", "datasets", "metrics"])
     _add_run(sub)
-    from rapt_audit.calibrate_cmd import add_parser as add_calibrate
+    from rapt_audit import calibrate_cmd, check, leaderboard, report
 
-    add_calibrate(sub)
+    for module in (calibrate_cmd, report, leaderboard, check):
+        module.add_parser(sub)
     return parser
 
 
@@ -108,8 +114,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     cli = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     config = build_config(file=args.config, cli=cli, sets=args.sets)
     log = None if args.quiet else (lambda msg: print(f"[rapt-audit] {msg}", file=sys.stderr, flush=True))
-    result = run(config, log=log, progress=not args.quiet and sys.stderr.isatty())
+    progress = not args.quiet and sys.stderr.isatty()
+    if args.sweeps:
+        return _run_sweep(args, cli, config, log=log, progress=progress)
+    result = run(config, log=log, progress=progress)
     print(format_result(result))
+    return 0
+
+
+def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log: Any, progress: bool) -> int:
+    """``run --sweep``: expand the grid, run the cells that are not complete, print one line per cell."""
+    from pathlib import Path
+
+    from rapt_audit import sweep
+
+    axes = sweep.parse_axes(args.sweeps)
+    out = Path(base.out) if base.out else sweep.default_sweep_dir(base, axes)
+    cells = sweep.expand(axes=axes, file=args.config, cli=cli, sets=args.sets, out=out)
+    results = sweep.run_sweep(cells, out=out, axes=axes, log=log, progress=progress)
+    print(sweep.format_sweep(results))
+    print(f"sweep directory: {out} (render it with: rapt-audit report {out} --out {out / 'report.html'})")
     return 0
 
 
@@ -118,8 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from rapt_audit.calibrate_cmd import cmd_calibrate
+    from rapt_audit.check import cmd_check
+    from rapt_audit.leaderboard import cmd_leaderboard
+    from rapt_audit.report import cmd_report
 
-    commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate}
+    commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
+                "leaderboard": cmd_leaderboard, "check": cmd_check}
     try:
         return commands[args.command](args)
     except RaptAuditError as exc:

@@ -1,0 +1,261 @@
+"""The Pareto frontier, and the HTML report rendered from stored result files (and in a real Chromium)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from rapt_audit.cli import main
+from rapt_audit.pareto import Point, dominates, pareto_front
+from rapt_audit.results import write_result
+from tests.result_factory import SIG_B, fake_result, t2t_sweep
+
+
+# ---------------------------------------------------------------- Pareto frontier on hand-made points
+
+def _labels(points, idx):
+    return [points[i].label for i in idx]
+
+
+def test_pareto_front_on_hand_made_points():
+    pts = [Point(0.90, 0.10, "A"), Point(0.80, 0.30, "B"), Point(0.70, 0.20, "C"),  # C: dominated by B
+           Point(0.60, 0.50, "D"), Point(0.50, 0.40, "F"),  # F: dominated by D
+           Point(0.80, 0.30, "B2"),  # a duplicate of B: neither dominates the other
+           Point(0.90, 0.05, "A-")]  # same utility as A, less privacy: dominated by A
+    assert _labels(pts, pareto_front(pts)) == ["D", "B", "B2", "A"]
+
+
+def test_pareto_front_edge_cases():
+    assert pareto_front([]) == []
+    assert pareto_front([Point(0.5, 0.5)]) == [0]
+    # A chain where each point beats the previous on both axes: only the last survives.
+    chain = [Point(i / 10, i / 10, str(i)) for i in range(5)]
+    assert _labels(chain, pareto_front(chain)) == ["4"]
+    # Minimizing the second axis turns the order around.
+    assert _labels(chain, pareto_front(chain, maximize=(True, False))) == [str(i) for i in range(5)]
+    assert dominates(Point(1, 1), Point(1, 0)) and not dominates(Point(1, 1), Point(1, 1))
+    with pytest.raises(ValueError, match="non-finite"):
+        pareto_front([Point(math.nan, 0.1, "bad")])
+
+
+# ---------------------------------------------------------------- rendering from stored files
+
+class _Dom(HTMLParser):
+    """Collects tags with attributes, and the text, of a rendered page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, {k: v or "" for k, v in attrs}))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def find(self, tag, **attrs):
+        return [a for t, a in self.tags if t == tag and all(a.get(k, "").split().count(v) or a.get(k) == v
+                                                           for k, v in attrs.items())]
+
+
+def _parse(html: str) -> _Dom:
+    dom = _Dom()
+    dom.feed(html)
+    return dom
+
+
+def _assert_self_contained(html: str) -> None:
+    """No resource from anywhere: every src is a data: URI and no URL with a scheme appears."""
+    dom = _parse(html)
+    for _, attrs in dom.tags:
+        for key in ("src", "href", "srcset", "data", "action"):
+            value = attrs.get(key, "")
+            assert not re.match(r"^\s*(https?:|//|ws:|wss:|ftp:)", value), (key, value)
+        if "src" in attrs:
+            assert attrs["src"].startswith("data:image/png;base64,"), attrs["src"][:40]
+    assert not re.search(r"(?i)\b(?:src|href)\s*=\s*['\"]?\s*(?:https?:)?//", html)
+    assert "<script" not in html.lower() and "@import" not in html and "url(" not in html
+
+
+@pytest.fixture
+def rendered(tmp_path, monkeypatch):
+    """A report of a stored η sweep plus a seed-0/1 pair, written without running anything."""
+    from rapt_audit import runner
+
+    def no_run(*_a, **_k):
+        raise AssertionError("the report must not run anything")
+
+    monkeypatch.setattr(runner, "run", no_run)
+    runs = t2t_sweep(tmp_path / "runs")
+    write_result(fake_result(defense="pct2t", eta=75, accuracy=0.75, privacy={"whitebox": 0.6, "random_guess": 0.96},
+                             seed=0), tmp_path / "runs" / "pct2t-s0")
+    write_result(fake_result(defense="pct2t", eta=75, accuracy=0.77, privacy={"whitebox": 0.62, "random_guess": 0.96},
+                             seed=1), tmp_path / "runs" / "pct2t-s1")
+    out = tmp_path / "site" / "index.html"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    return out
+
+
+def test_report_renders_stored_results(rendered):
+    html = rendered.read_text(encoding="utf-8")
+    dom = _parse(html)
+    text = " ".join(dom.text)
+    _assert_self_contained(html)
+    assert len(dom.find("table", **{"class": "summary"})) == 1  # one comparable group
+    rows = [a for t, a in dom.tags if t == "tr" and a.get("id", "").startswith("row-")]
+    assert len(rows) == 5  # four t2t settings and one pct2t setting (its two seeds combined)
+    for label in ("η=25", "η=75", "η=125", "η=∞"):
+        assert label in text
+    assert "0.800 [0.780, 0.820]" in html.replace("<b>", "").replace("</b>", "").replace(
+        '<span class="ci">', "").replace("</span>", "")  # whitebox at η=25 with its CI
+    assert "whitebox ↑" in text and "accuracy ↑" in text and "token_accuracy ↓" in text  # direction arrows
+    assert "0, 1" in text and "t-over-2-seeds" in text  # seeds combined with a t-interval
+    # One Pareto figure per attack, embedded as a real PNG, and written as PNG and SVG files.
+    figures = dom.find("figure")
+    assert len(figures) == 2
+    for img in dom.find("img"):
+        assert base64.b64decode(img["src"].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    fig_dir = rendered.parent / "figures"
+    for attack in ("whitebox", "random_guess"):
+        assert (fig_dir / f"g1-pareto-{attack}.png").read_bytes()[:4] == b"\x89PNG"
+        svg = (fig_dir / f"g1-pareto-{attack}.svg").read_text(encoding="utf-8")
+        assert "<svg" in svg and "stroke-dasharray" in svg  # the dashed no-privacy line
+        assert "η=25" in svg and "Pareto frontier" in svg  # point labels and the frontier legend
+    assert "Calibration: word-replacement probability" in text and "RAPT Tab. III" in text
+    assert "Provenance" in text and "fffffffffff" in html and "53aa5117" in html  # git sha, model fingerprint
+    assert "SYNTHETIC" not in html  # real data: no warning
+
+
+def test_pareto_figure_marks_the_frontier(tmp_path):
+    """η=125 is dominated by η=75 (less utility, less privacy); every other t2t setting is optimal."""
+    from rapt_audit.collect import collect
+    from rapt_audit.figures import pareto_points
+    from rapt_audit.summary import group_results
+
+    group = group_results(collect([t2t_sweep(tmp_path / "r")]).results)[0]
+    points = pareto_points(group, "whitebox", "accuracy")
+    assert sorted(points[i].label for i in pareto_front(points)) == ["η=25", "η=75", "η=∞"]
+    assert [r.no_privacy for r in group.rows] == [False, False, False, True]
+
+
+def test_synthetic_results_carry_a_prominent_warning(tmp_path):
+    runs = t2t_sweep(tmp_path / "runs", synthetic=True)
+    out = tmp_path / "r.html"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    dom = _parse(out.read_text(encoding="utf-8"))
+    banners = dom.find("p", role="alert")
+    assert banners, "no alert banner"
+    assert "SYNTHETIC DEMO DATA" in out.read_text(encoding="utf-8")
+    assert (tmp_path / "r-figures" / "g1-pareto-whitebox.svg").is_file()  # figures next to a non-index report
+
+
+def test_corrupt_file_is_named_and_the_rest_reported(tmp_path, capsys):
+    runs = t2t_sweep(tmp_path / "runs")
+    bad = runs / "eta=75" / "result.json"
+    bad.write_text('{"schema": "rapt-audit/result/1", "signature": ', encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert str(bad) in err and "corrupt" in err
+    html = out.read_text(encoding="utf-8")
+    assert str(bad) in html and "Some inputs were not used" in html
+    assert "η=25" in html and "η=125" in html and "η=75" not in html
+    assert main(["report", str(runs), "--out", str(tmp_path / "strict.html"), "--strict"]) == 2
+    assert not (tmp_path / "strict.html").exists()
+
+
+def test_other_schema_versions_are_named(tmp_path, capsys):
+    runs = t2t_sweep(tmp_path / "runs")
+    for cell, schema in (("eta=25", "rapt-audit/result/2"), ("eta=125", "rapt-audit/result/0")):
+        path = runs / cell / "result.json"
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["schema"] = schema
+        path.write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "'rapt-audit/result/2'" in err and "'rapt-audit/result/0'" in err
+    assert "reads schema 'rapt-audit/result/1'" in err
+    assert str(runs / "eta=25" / "result.json") in err
+    html = out.read_text(encoding="utf-8")
+    assert "rapt-audit/result/2" in html and "η=75" in html
+
+
+def test_directory_without_results_exits_2(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "r.html"
+    assert main(["report", str(empty), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(empty) in err and "holds no result.json" in err
+    assert not out.exists()
+    # Next to a usable directory, the empty one is reported as left out.
+    runs = t2t_sweep(tmp_path / "runs")
+    assert main(["report", str(runs), str(empty), "--out", str(out)]) == 0
+    assert "holds no result.json" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+
+
+def test_signature_groups_are_separate_sections(tmp_path):
+    runs = t2t_sweep(tmp_path / "runs")
+    write_result(fake_result(eta=75, signature=SIG_B, privacy={"whitebox": 0.1}), tmp_path / "runs" / "other")
+    out = tmp_path / "r.html"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    dom = _parse(out.read_text(encoding="utf-8"))
+    assert len(dom.find("table", **{"class": "summary"})) == 2
+    assert len(dom.find("section", **{"class": "group"})) == 2
+
+
+def test_calibration_documents_are_reported(tmp_path):
+    runs = t2t_sweep(tmp_path / "runs")
+    doc = {"defense": "t2t", "model": "minilm", "corpus": "wikitext2", "corpus_sentences": 150, "seed": 0,
+           "rows": [{"eta": e, "replacement": {"value": v, "ci_low": v - 0.01, "ci_high": v + 0.01, "n": 4000,
+                                               "method": "wilson", "level": 0.95},
+                     "units": 4000, "rapt_table_iii_bert_base": ref}
+                    for e, v, ref in ((25.0, 0.99, 0.94), (75.0, 0.45, 0.85), (125.0, 0.02, 0.45))],
+           "deniability": [{"eta": 75.0, "repeats": 100, "tokens_sampled": 3, "n_w": [10, 50, 90], "s_w": [40, 20, 3]}]}
+    (runs / "calibration.json").write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "Calibration documents" in html and "Plausible deniability" in html
+    assert (tmp_path / "r-figures" / "cal1-deniability.svg").is_file()
+    assert (tmp_path / "r-figures" / "cal1-replacement.png").is_file()
+
+
+# ---------------------------------------------------------------- a real headless Chromium
+
+@pytest.mark.browser
+def test_report_loads_in_headless_chromium(rendered, tmp_path):
+    """No console message, no network request, and the tables and figures are in the rendered DOM."""
+    from tests.chromium import find_chromium, load_page
+
+    binary = find_chromium()
+    page = load_page(binary, rendered, workdir=tmp_path / "chromium")
+    assert page.console == [], page.console
+    assert page.requests == [], page.requests
+    dom = _parse(page.dom)
+    assert len(dom.find("table", **{"class": "summary"})) == 1
+    assert len([a for t, a in dom.tags if t == "tr" and a.get("id", "").startswith("row-")]) == 5
+    assert len(dom.find("figure")) == 2 and all(i["src"].startswith("data:image/png") for i in dom.find("img"))
+    assert "Provenance" in " ".join(dom.text)
+
+
+@pytest.mark.browser
+def test_chromium_harness_detects_requests_and_console_errors(tmp_path):
+    """The harness itself must be able to fail: a page with a remote image and a script error."""
+    from tests.chromium import find_chromium, load_page
+
+    bad = tmp_path / "bad.html"
+    bad.write_text("<!DOCTYPE html><html><head><meta charset='utf-8'><title>bad</title></head><body>"
+                   "<img src='http://example.invalid/x.png'><script>console.error('boom')</script></body></html>",
+                   encoding="utf-8")
+    page = load_page(find_chromium(), bad, workdir=tmp_path / "chromium")
+    assert any("example.invalid" in url for url in page.requests)
+    assert any("boom" in line for line in page.console)

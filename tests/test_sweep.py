@@ -1,0 +1,104 @@
+"""Sweeps: parsing, cell naming, one result per cell, reuse of finished cells and resume after Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rapt_audit import sweep
+from rapt_audit.cli import main
+from rapt_audit.errors import UsageError
+
+TINY = ["--set", "data.victim_train=60", "--set", "data.victim_test=40", "--set", "data.attacker_train=60",
+        "--set", "data.attacker_valid=30"]
+RUN = ["run", "--defense", "identity", "--attacks", "random_guess", "--profile", "smoke", "--dataset", "synthetic",
+       "--quiet"] + TINY
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("eta", "expects KEY=V1,V2"),
+    ("eta=", "expects KEY=V1,V2"),
+    ("=1,2", "expects KEY=V1,V2"),
+    ("eta=25,25", "lists 25 more than once"),
+    ("out=a,b", "does not change the result"),
+])
+def test_bad_sweep_specs_are_refused(spec, message):
+    with pytest.raises(UsageError, match=message):
+        sweep.parse_axis(spec)
+
+
+def test_same_key_twice_is_refused():
+    with pytest.raises(UsageError, match="more than once"):
+        sweep.parse_axes(["eta=1,2", "eta=3"])
+
+
+def test_cell_names_are_stable_safe_and_distinct():
+    assert sweep.cell_name([("eta", "25")]) == "eta=25"
+    assert sweep.cell_name([("defense", "t2t"), ("eta", "inf")]) == "defense=t2t_eta=inf"
+    a = sweep.cell_name([("model", "org/model a")])
+    b = sweep.cell_name([("model", "org-model-a")])
+    assert "/" not in a and " " not in a and a != b
+
+
+def test_grid_expands_in_order_and_sweep_values_win_over_set(tmp_path):
+    axes = sweep.parse_axes(["defense=t2t,pct2t", "eta=25,inf"])
+    cells = sweep.expand(axes=axes, file=None, cli={"profile": "smoke"}, sets=["eta=999"], out=tmp_path)
+    assert [c.name for c in cells] == ["defense=t2t_eta=25", "defense=t2t_eta=inf", "defense=pct2t_eta=25",
+                                       "defense=pct2t_eta=inf"]
+    assert cells[2].config.defense == "pct2t" and cells[2].config.defense_args["eta"] == "25"
+    assert cells[1].config.out == str(tmp_path / "defense=t2t_eta=inf")
+    assert len({c.config.cell_id() for c in cells}) == 4
+
+
+def test_bad_value_fails_before_any_cell_runs(tmp_path, capsys):
+    out = tmp_path / "sw"
+    code = main(["run", "--defense", "t2t", "--attacks", "random_guess", "--profile", "smoke", "--dataset",
+                 "synthetic", "--quiet", "--sweep", "eta=50,-1", "--out", str(out)])
+    assert code == 2
+    assert "eta" in capsys.readouterr().err
+    assert not list(out.glob("*/result.json"))  # the valid cell was not run either
+
+
+def test_sweep_writes_one_result_per_cell_and_resumes_after_interrupt(tmp_path, monkeypatch, capsys):
+    """Ctrl-C in the second cell keeps the first; running the same command again reuses it."""
+    from rapt_audit import runner
+
+    out = tmp_path / "seeds"
+    argv = RUN + ["--sweep", "seed=0,1,2", "--out", str(out)]
+    real_run = runner.run
+    calls = []
+
+    def interrupted(config, **kw):
+        calls.append(config.seed)
+        if config.seed == 1:
+            raise KeyboardInterrupt
+        return real_run(config, **kw)
+
+    monkeypatch.setattr(runner, "run", interrupted)
+    assert main(argv) == 130
+    assert (out / "seed=0" / "result.json").is_file()
+    assert not (out / "seed=1" / "result.json").exists() and not (out / "seed=2").exists()
+    index = json.loads((out / "sweep.json").read_text())
+    assert [c["status"] for c in index["cells"]] == ["complete", "pending", "pending"]
+    first = (out / "seed=0" / "result.json").read_bytes()
+
+    monkeypatch.setattr(runner, "run", real_run)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert (out / "seed=0" / "result.json").read_bytes() == first  # reused, not re-run
+    docs = {s: json.loads((out / f"seed={s}" / "result.json").read_text()) for s in (0, 1, 2)}
+    assert {d["config"]["seed"] for d in docs.values()} == {0, 1, 2}
+    assert len({d["cell_id"] for d in docs.values()}) == 3
+    assert len({d["signature"] for d in docs.values()}) == 1  # seeds do not change comparability
+    assert [c["status"] for c in json.loads((out / "sweep.json").read_text())["cells"]] == ["complete"] * 3
+    printed = capsys.readouterr().out
+    assert "seed=0" in printed and "seed=2" in printed and "random_guess" in printed
+
+
+def test_sweep_refuses_a_cell_directory_that_holds_another_run(tmp_path, capsys):
+    out = tmp_path / "sw"
+    assert main(RUN + ["--sweep", "seed=0", "--out", str(out)]) == 0
+    # Same cell directory name, different base configuration (another defense argument set).
+    assert main(RUN + ["--sweep", "seed=0", "--out", str(out), "--attacks", "random_guess,whitebox"]) == 2
+    assert "holds a different run" in capsys.readouterr().err
