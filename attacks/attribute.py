@@ -38,7 +38,7 @@ def release_features(release: Release, *, ctx: RunContext) -> tuple[np.ndarray, 
         model = ctx.encoder()
         table = ctx.shared(("input_embedding_table", ctx.model),
                            lambda: model.model.get_input_embeddings().weight.detach().float().cpu().numpy())
-        texts = list(release.texts)
+        texts = list(release.user_texts())
         ids = model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
         return _mean_rows([table[np.asarray(i, dtype=np.int64)] for i in ids], width=table.shape[1]), "texts"
     raise Skip("the release carries no texts, token embeddings or sequence embeddings")

@@ -122,7 +122,8 @@ class NERAttackBase:
         missing = [r.uid for r in truth if r.uid not in position]
         if missing:
             raise ValueError(f"the release lacks victim records {missing[:3]}")
-        released_texts = [release.texts[position[r.uid]] for r in truth]
+        user_texts = release.user_texts()
+        released_texts = [user_texts[position[r.uid]] for r in truth]
         original_words = [tokenize_words(r.text) for r in truth]
         gold, silver = reference_tags(truth, original_words, ctx=ctx)
         n_entities = int(entity_counts(gold, gold)[:, 2].sum())
@@ -198,7 +199,7 @@ class TrainedNERAttack(NERAttackBase):
         words = [tokenize_words(r.text) for r in records]
         tags = [spans_to_tags(w, r.entities) for w, r in zip(words, records)]
         if self.adaptive:
-            released = adaptive_release(defense, records, ctx=ctx).texts
+            released = adaptive_release(defense, records, ctx=ctx).user_texts()
             if released is None:
                 raise Skip(f"{self.name} trains on released texts; defense {defense.name} releases none")
             released_words = [tokenize_words(t) for t in released]

@@ -43,6 +43,7 @@ metric("empirical_privacy", "privacy", True,
        "1 - attack success (RAPT Sec. IV-A); for MSE attacks, the reconstruction MSE", bounded=False)
 metric("accuracy", "utility", True, "task accuracy on privatized victim-test data")
 metric("macro_f1", "utility", True, "task macro-F1 on privatized victim-test data")
+metric("auc", "utility", True, "area under the ROC curve of the task classifier (macro one-vs-rest if >2 classes)")
 metric("token_accuracy", "attack", False, "fraction of original tokens the attacker recovers (top-1)")
 metric("attribute_accuracy", "attack", False, "accuracy of the attacker's private-attribute guesses")
 metric("majority_baseline", "attack", False, "accuracy of always guessing the attacker's most common value")

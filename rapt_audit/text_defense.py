@@ -20,6 +20,7 @@ import numpy as np
 
 from rapt_audit.calibration import ReplacementCount, check_target, find_eta
 from rapt_audit.context import RunContext
+from rapt_audit.customize import check_method
 from rapt_audit.noise import check_eta
 from rapt_audit.types import Estimate, Record, Release
 from rapt_audit.utility import bow_probe_utility, pair_text, require_labels
@@ -65,6 +66,13 @@ class TextDefense:
 
     eta: float = 100.0
     replacement: float | None = None
+    method: str = "bow"
+    epochs: int | None = None
+    lr: float | None = None
+    batch_size: int | None = None
+    max_length: int | None = None
+    virtual_tokens: int | None = None
+    _training: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _eta: float | None = field(default=None, init=False, repr=False)
     _calibration: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
@@ -74,11 +82,18 @@ class TextDefense:
         self.eta = check_eta(self.eta)
         if self.replacement is not None:
             self.replacement = check_target(self.replacement)
+        if self.method != "bow":
+            check_method(self.method)
 
     def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
                   ctx: RunContext) -> tuple[list[str], ReplacementCount]:
         """Privatize ``texts`` at ``eta``; return the released texts and the replacement count."""
         raise NotImplementedError
+
+    def add_public_prefix(self, texts: list[str], *, eta: float, rng: np.random.Generator,
+                          ctx: RunContext) -> list[str]:
+        """Hook for public material the user prepends to every privatized text (RAPT's plain tokens)."""
+        return texts
 
     def replacement_count(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
                           ctx: RunContext) -> ReplacementCount:
@@ -117,6 +132,7 @@ class TextDefense:
                 count.add(pair_count)
                 texts = [pair_text(t, p if r.text_pair is not None else None)
                          for t, p, r in zip(texts, pair_texts, records)]
+            texts = self.add_public_prefix(texts, eta=eta, rng=rng, ctx=ctx)
             self._released = {key: (texts, count)} | {k: v for k, v in list(self._released.items())[-3:]}
         return self._released[key]
 
@@ -126,13 +142,34 @@ class TextDefense:
         eta = self.effective_eta(ctx)
         meta = {"mechanism": self.name, "eta": "inf" if math.isinf(eta) else eta,
                 "observed_replacement": None if math.isnan(count.rate) else count.rate,
-                "units_perturbed": count.perturbed, "units_dropped": count.dropped, **self._calibration}
+                "units_perturbed": count.perturbed, "units_dropped": count.dropped, **self._calibration,
+                **({"customization": self._training} if self._training else {})}
         return Release(uids=[r.uid for r in records], texts=texts, meta=meta)
 
+    def training_overrides(self) -> dict[str, Any]:
+        """The customization settings the user set explicitly (None means the profile default)."""
+        return {"epochs": self.epochs, "lr": self.lr, "batch_size": self.batch_size, "max_length": self.max_length,
+                "virtual_tokens": self.virtual_tokens}
+
     def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
-        """Bag-of-words probe trained on privatized train text, tested on the privatized test release."""
+        """Task utility: the service customizes on privatized train text and answers the privatized test release.
+
+        ``method="bow"`` is a quick TF-IDF + logistic-regression probe; ``prompt``, ``prefix``, ``lora``
+        and ``full`` customize the public encoder (rapt_audit.customize).
+        """
         y_train = require_labels(self._train, split="victim_train")
         y_test = require_labels(test, split="victim_test")
         train_texts, _ = self._privatize_records(self._train, ctx)
         test_texts, _ = self._privatize_records(test, ctx)
-        return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", self.name))
+        if self.method == "bow":
+            return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", self.name))
+        from rapt_audit.customized_utility import customized_utility
+
+        estimates, self._training = customized_utility(
+            train_texts, y_train, test_texts, y_test, method=self.method, overrides=self.training_overrides(),
+            ctx=ctx, key=self.name, **self.customization_options(ctx))
+        return estimates
+
+    def customization_options(self, ctx: RunContext) -> dict[str, Any]:
+        """Extra arguments of the service's training (RAPT adds its plain tokens and reconstruction)."""
+        return {}

@@ -123,7 +123,7 @@ def build_views(release: Release, records: Sequence[Record], *, ctx: RunContext,
         return views
     if kind != "texts":
         raise ValueError(f"unsupported release kind {kind!r}")
-    released = [np.asarray(ids, dtype=np.int64) for ids in eng.token_ids(list(release.texts))]
+    released = [np.asarray(ids, dtype=np.int64) for ids in eng.token_ids(list(release.user_texts()))]
     for record, ids, out in zip(records, originals, released):
         pairs = align(ids.tolist(), out.tolist())
         alignment = np.array([-1 if j is None else j for j in pairs], dtype=np.int64)

@@ -108,6 +108,17 @@ class Release:
             if length != n:
                 raise ValueError(f"release has {n} uids but {length} {kind}")
 
+    def user_texts(self) -> tuple[str, ...] | None:
+        """The released texts without the public prefix a protocol prepends to each (RAPT's plain tokens).
+
+        ``meta["plain_prefix_words"]`` = m says that every text starts with m space-separated public
+        words; the adversary knows the protocol, so attacks read only what follows them.
+        """
+        m = int(self.meta.get("plain_prefix_words", 0) or 0)
+        if self.texts is None or m == 0:
+            return self.texts
+        return tuple(parts[m] if len(parts) > m else "" for parts in (t.split(" ", m) for t in self.texts))
+
     @property
     def kinds(self) -> frozenset[str]:
         """The release kinds actually present."""
