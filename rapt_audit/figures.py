@@ -88,11 +88,16 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
         for _, p in mine:
             ax.annotate(p.label, (p.utility, p.privacy), textcoords="offset points", xytext=(5, 4), fontsize=7,
                         color=colour)
-    ref = [p for p in points if p.key.no_privacy]
-    for p in ref:
-        ax.axhline(p.privacy, color="0.35", linestyle="--", linewidth=1.1,
-                   label=f"no privacy ({p.key.defense} {p.label}): {p.privacy:.3f}")
-        ax.axvline(p.utility, color="0.6", linestyle=":", linewidth=1)
+    # The no-privacy result (identity, or η = ∞) is a reference level, drawn as a dashed line as in the
+    # RAPT figures; several such rows at the same level (t2t and pct2t at η = ∞) share one line.
+    levels: dict[float, list[Point]] = {}
+    for p in (p for p in points if p.key.no_privacy):
+        levels.setdefault(round(p.privacy, 9), []).append(p)
+    for level, same in levels.items():
+        names = ", ".join(f"{p.key.defense} {p.label}" for p in same)
+        ax.axhline(level, color="0.35", linestyle="--", linewidth=1.1, label=f"no privacy ({names}): {level:.3f}")
+        for p in same:
+            ax.axvline(p.utility, color="0.6", linestyle=":", linewidth=1)
     fpts = sorted((points[i] for i in front), key=lambda p: p.utility)
     ax.plot([p.utility for p in fpts], [p.privacy for p in fpts], color="black", linewidth=2.2, alpha=0.35,
             zorder=0, drawstyle="steps-pre" if len(fpts) > 1 else "default")

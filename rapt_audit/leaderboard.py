@@ -22,6 +22,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _short_sha(sha: str) -> str:
+    return sha[:12] + ("-dirty" if sha.endswith("-dirty") else "")
+
+
 def _link(report: str | None, anchor: str) -> str:
     return f"[report]({report}#{anchor})" if report else ""
 
@@ -30,8 +34,7 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
     """The Markdown lines of one signature group: heading, facts, table, notes."""
     first = group.first
     ds = first.dataset
-    measured = [a for a in group.attacks if any(not isinstance(r.privacy.get(a), str) for r in group.rows)]
-    never = [a for a in group.attacks if a not in measured]
+    measured = group.measured_attacks
     splits = "/".join(str(ds.get("splits", {}).get(k, "?"))
                       for k in ("victim_train", "victim_test", "attacker_train", "attacker_valid"))
     lines = [f"## {ds.get('name')} · profile {first.config.get('profile')} · model {first.config.get('model')}",
@@ -56,10 +59,9 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
         if report:
             cells.append(_link(report, row.anchor))
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    if never:
-        reasons = {a: next(r.privacy[a] for r in group.rows if isinstance(r.privacy.get(a), str)) for a in never}
-        lines += ["", "Not applicable here: " + "; ".join(f"`{a}` ({_cell(str(reason))})" for a, reason in reasons.items())
-                  + "."]
+    if group.skipped_attacks:
+        lines += ["", "Not applicable here: " + "; ".join(
+            f"`{a}` ({_cell(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
     return lines + [""]
 
 
@@ -73,7 +75,7 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
     lines = [f"# {title}", "",
              f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "
              f"group(s); rendered {now} by `rapt-audit leaderboard` from stored results (git "
-             f"{', '.join(s[:12] for s in shas)}). Do not edit by hand.", "",
+             f"{', '.join(_short_sha(s) for s in shas)}). Do not edit by hand.", "",
              "Each table holds only results with one comparability signature (data, splits, model, profile, attack "
              "settings). Numbers are value [95 % interval]; ↑ means higher is better for the defender. Empirical "
              "privacy is 1 − attack success (for MSE attacks, the reconstruction error).", ""]

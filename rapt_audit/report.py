@@ -67,7 +67,7 @@ def _est_cell(est: Any) -> str:
 
 
 def _summary_table(group: Group) -> str:
-    util, attacks = group.utility_metrics, group.attacks
+    util, attacks = group.utility_metrics, group.measured_attacks
     head = "".join(f"<th>{e(m)} {arrow(m)}</th>" for m in util)
     head += "".join(f'<th>{e(a)} ↑<span class="sub">empirical privacy</span></th>' for a in attacks)
     body = []
@@ -203,6 +203,9 @@ def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, ba
     if any(r.synthetic for r in group.rows):
         parts.append(f"<p class='banner warn'><strong>{e(SYNTHETIC_WARNING)}</strong></p>")
     parts += ["<h3>Summary</h3>", _summary_table(group)]
+    if group.skipped_attacks:
+        parts.append("<p class='note'>Not applicable here (skipped for every setting): " + "; ".join(
+            f"<code>{e(a)}</code> ({e(reason)})" for a, reason in group.skipped_attacks.items()) + ".</p>")
     if figs:
         parts += ["<h3>Privacy–utility Pareto plots</h3>", "<div class='figs'>",
                   *(_figure_html(f, files_rel) for f in figs.values()), "</div>"]
@@ -210,7 +213,7 @@ def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, ba
         parts.append("<p class='note'>No Pareto plot: no row has both a utility measure and a measured attack.</p>")
     parts.append(_calibration_table(group))
     parts.append("<h3>Per-attack detail</h3>")
-    parts += [_attack_detail(group, a) for a in group.attacks]
+    parts += [_attack_detail(group, a) for a in group.measured_attacks]
     parts.append(_provenance(group, base))
     parts.append("</section>")
     return "\n".join(parts)

@@ -112,6 +112,18 @@ class Group:
         return list(dict.fromkeys(a for r in self.rows for a in r.privacy))
 
     @property
+    def measured_attacks(self) -> list[str]:
+        """Attacks measured in at least one row (the others were skipped everywhere)."""
+        return [a for a in self.attacks if any(not isinstance(r.privacy.get(a), str) for r in self.rows)]
+
+    @property
+    def skipped_attacks(self) -> dict[str, str]:
+        """Attacks skipped in every row, with the first row's reason."""
+        measured = set(self.measured_attacks)
+        return {a: str(next(r.privacy[a] for r in self.rows if a in r.privacy))
+                for a in self.attacks if a not in measured}
+
+    @property
     def anchor(self) -> str:
         """A stable HTML id for the group."""
         return "group-" + hashlib.sha256(self.signature.encode("utf-8")).hexdigest()[:10]
