@@ -62,8 +62,10 @@ def _est_cell(est: Any) -> str:
     if isinstance(est, str) or est is None:
         reason = est or "not run"
         return f'<td class="skip" title="{e(reason)}">skipped<span class="why">{e(reason)}</span></td>'
-    return (f'<td class="num"><b>{est.value:.3f}</b> <span class="ci">[{est.ci_low:.3f}, {est.ci_high:.3f}]</span>'
-            f'<span class="n">n={est.n}{" · " + e(est.method) if est.method else ""}</span></td>')
+    how = f"{est.level:.0%} interval, {est.method or 'method not recorded'}, n = {est.n}"
+    return (f'<td class="num" title="{e(how)}"><b>{est.value:.3f}</b> '
+            f'<span class="ci">[{est.ci_low:.3f}, {est.ci_high:.3f}]</span><span class="n">n={est.n}'
+            f'{" · " + e(est.method.replace("bootstrap-percentile", "bootstrap")) if est.method else ""}</span></td>')
 
 
 def _summary_table(group: Group) -> str:
@@ -126,7 +128,9 @@ def _details_text(details: Any) -> str:
         if len(text) > 160:
             text = text[:157] + "…"
         items.append(f"<li><code>{e(str(key))}</code>: {e(text)}</li>")
-    return f"<ul class='details'>{''.join(items)}</ul>" if items else ""
+    # Collapsed by default (native <details>, no script): the facts are long and mostly for auditors.
+    return (f"<details><summary>{len(items)} facts</summary><ul class='details'>{''.join(items)}</ul></details>"
+            if items else "")
 
 
 def _attack_detail(group: Group, attack: str) -> str:
@@ -156,28 +160,31 @@ def _attack_detail(group: Group, attack: str) -> str:
 
 
 def _provenance(group: Group, base: Path) -> str:
+    items = [(row, item) for row in group.rows for item in row.runs]
+    lines = {_versions_line(item.result.env) for _, item in items}
+    shared = len(lines) == 1  # the usual case: one environment, stated once instead of on every row
     rows = []
-    for row in group.rows:
-        for item in row.runs:
-            res, env = item.result, item.result.env
-            versions = env.get("versions", {})
-            rel = _relpath(item.path, base)
-            rows.append(
-                f"<tr><td><code>{e(rel)}</code></td><td>{e(row.defense)} {e(row.setting)}</td>"
-                f"<td><code>{e(res.cell_id)}</code></td><td>{e(str(env.get('seed', res.config.get('seed'))))}</td>"
-                f"<td><code>{e(str(env.get('git_sha')))}</code></td><td>{e(str(versions.get('rapt-audit', '?')))}</td>"
-                f"<td>{e(_versions_line(versions))}</td><td>{e(str(env.get('device', '?')))}</td>"
-                f"<td>{e(str(env.get('model', '?')))} <code>{e(str(env.get('model_fingerprint', ''))[:12])}</code></td>"
-                f"<td><code>{e(str(env.get('data_fingerprint', ''))[:12])}</code></td>"
-                f"<td>{e(str(env.get('started_at', '?')))}</td><td class='num'>{e(str(env.get('wall_time_s', '?')))}</td></tr>")
-    return ("<h3>Provenance</h3><table class='prov'><thead><tr><th>result file</th><th>setting</th><th>cell</th>"
-            "<th>seed</th><th>git sha</th><th>rapt-audit</th><th>packages</th><th>device</th><th>model</th>"
-            "<th>data</th><th>started (UTC)</th><th>wall s</th></tr></thead>"
+    for row, item in items:
+        res, env = item.result, item.result.env
+        rows.append(
+            f"<tr><td><code>{e(_relpath(item.path, base))}</code></td><td>{e(row.defense)} {e(row.setting)}</td>"
+            f"<td><code>{e(res.cell_id)}</code></td><td>{e(str(env.get('seed', res.config.get('seed'))))}</td>"
+            f"<td><code>{e(str(env.get('git_sha')))}</code></td>"
+            + ("" if shared else f"<td>{e(_versions_line(env))}</td>") +
+            f"<td>{e(str(env.get('device', '?')))}</td>"
+            f"<td>{e(str(env.get('model', '?')))} <code>{e(str(env.get('model_fingerprint', ''))[:12])}</code></td>"
+            f"<td><code>{e(str(env.get('data_fingerprint', ''))[:12])}</code></td>"
+            f"<td>{e(str(env.get('started_at', '?')))}</td><td class='num'>{e(str(env.get('wall_time_s', '?')))}</td></tr>")
+    common = f"<p class='note'>Every run: {e(lines.pop())}.</p>" if shared else ""
+    return ("<h3>Provenance</h3>" + common + "<table class='prov'><thead><tr><th>result file</th><th>setting</th>"
+            "<th>cell</th><th>seed</th><th>git sha</th>" + ("" if shared else "<th>versions</th>") +
+            "<th>device</th><th>model</th><th>data</th><th>started (UTC)</th><th>wall s</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
-def _versions_line(versions: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in versions.items() if k != "rapt-audit")
+def _versions_line(env: dict[str, Any]) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in dict(env.get("versions", {})).items())
+    return f"{versions}; Python {env.get('python', '?')} on {env.get('platform', '?')}"
 
 
 def _relpath(path: Path, base: Path) -> str:

@@ -33,4 +33,5 @@ figcaption { font-size: .85em; color: var(--muted); }
 ul.details { margin: 0; padding-left: 1rem; font-size: .8em; max-width: 32rem; }
 table.prov td { font-size: .8em; }
 nav ol { columns: 2; }
+details summary { cursor: pointer; color: var(--muted); font-size: .85em; }
 """
