@@ -108,7 +108,7 @@ def fit_classifier(x: np.ndarray, y: np.ndarray, *, n_classes: int, hidden: int 
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                total += float(loss) * len(idx)
+                total += float(loss.detach()) * len(idx)
             history.append(total / len(xt))
     model.eval()
     return TrainedClassifier(model, n_classes, device, history)
