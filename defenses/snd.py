@@ -43,6 +43,12 @@ class SndDefense:
     6 layers) because the embedding is 384-d and training runs on CPU — ``d_model`` 128, 4 heads,
     2 layers, d_ff 256 by default; it is trained on WikiText-2 (the paper mixes 20 public datasets);
     it reads at most ``max_tokens`` tokens per text; its output is residual (``e_n + W h_0``).
+
+    Auditing note: clipping puts almost every uploaded vector on the sphere of radius ``C``. The
+    suite's plain nearest-neighbour (``whitebox``) attack then over-states privacy (the shrunken
+    vector's guesses drift to small-norm tokens) and the k-NN mutual-information estimate is not
+    valid (the release has no density in R^d). ``scripts/snd_utility.py`` adds a clipping-aware
+    nearest-neighbour attacker that rescales before searching; read that column for SnD.
     """
 
     name: ClassVar[str] = "snd"
