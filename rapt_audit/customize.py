@@ -44,7 +44,7 @@ PROFILE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "paper": {"epochs": {"full": 3}, "epochs_default": 4, "batch_size": {"full": 32}, "batch_default": 128,
               "max_length": 128, "lr": {"prompt": 6e-5, "prefix": 6e-5, "lora": 6e-5, "full": 2e-5},
               "virtual_tokens": {"prompt": 150, "prefix": 10}},
-    "cpu": {"epochs": {}, "epochs_default": 3, "batch_size": {}, "batch_default": 16, "max_length": 64,
+    "cpu": {"epochs": {}, "epochs_default": 2, "batch_size": {}, "batch_default": 16, "max_length": 64,
             "lr": {"prompt": 3e-3, "prefix": 1e-3, "lora": 5e-4, "full": 5e-5},
             "virtual_tokens": {"prompt": 20, "prefix": 10}},
     "smoke": {"epochs": {}, "epochs_default": 2, "batch_size": {}, "batch_default": 16, "max_length": 32,

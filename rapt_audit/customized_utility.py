@@ -29,8 +29,24 @@ def customized_utility(train_texts: Sequence[str], y_train: np.ndarray, test_tex
     n_labels = int(max(np.max(y_train), np.max(y_test))) + 1
     loaded = ctx.encoder()
     started = time.perf_counter()
-    trained = train_classifier(loaded, list(train_texts), y_train, settings, n_labels=n_labels,
-                               seed=ctx.seed_for("customize", key), plain=plain, reconstruction=reconstruction)
+    bar = None
+    if ctx.progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc=f"{settings.method} training", unit="step", leave=False)
+
+    def advance(step: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.update(step - bar.n)
+
+    try:
+        trained = train_classifier(loaded, list(train_texts), y_train, settings, n_labels=n_labels,
+                                   seed=ctx.seed_for("customize", key), plain=plain, reconstruction=reconstruction,
+                                   progress=advance)
+    finally:
+        if bar is not None:
+            bar.close()
     train_seconds = time.perf_counter() - started
     probabilities = trained.predict_proba(list(test_texts))
     predicted = probabilities.argmax(1)

@@ -115,7 +115,18 @@ class TextDefense:
         return self._eta
 
     def fit(self, train: Sequence[Record], *, ctx: RunContext) -> TextDefense:
-        """Resolve η and remember the training records (privatized lazily for utility)."""
+        """Check the customization settings, resolve η and remember the training records.
+
+        The settings are checked here, before any privatization, so that a prompt too long for the
+        model fails in a second rather than after minutes of work.
+        """
+        if self.method != "bow":
+            from rapt_audit.customize import check_positions, resolve_settings
+
+            settings = resolve_settings(self.method, ctx.profile, self.training_overrides())
+            plain = self.customization_options(ctx).get("plain")
+            check_positions(settings, len(plain.words) if plain else 0,
+                            int(ctx.encoder().model.config.max_position_embeddings))
         self.effective_eta(ctx)
         self._train = tuple(train)
         return self

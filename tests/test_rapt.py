@@ -163,6 +163,12 @@ def test_prompt_longer_than_the_model_is_refused(minilm):
         train_classifier(minilm, _with_plain(TEXTS), LABELS, settings, n_labels=2, seed=0, plain=_plain())
 
 
+def test_too_long_prompt_fails_at_fit_before_any_privatization(ctx, synthetic_splits):
+    defense = make_plugin(DEFENSES, "rapt", {"virtual_tokens": 480, "max_length": 64})
+    with pytest.raises(UsageError, match="480 virtual tokens \\+ 40 plain tokens"):
+        defense.fit(synthetic_splits.victim_train, ctx=ctx)
+
+
 def test_empty_training_split_and_bad_settings(minilm):
     with pytest.raises(DataError, match="training split is empty"):
         train_classifier(minilm, [], np.array([]), _settings("lora"), n_labels=2, seed=0)
@@ -179,3 +185,27 @@ def test_missing_labels_are_a_clear_error(ctx, synthetic_splits):
     defense = make_plugin(DEFENSES, "rapt", {"eta": 50.0}).fit(unlabelled, ctx=ctx)
     with pytest.raises(DataError, match="have no task label"):
         defense.utility(synthetic_splits.victim_test[:10], ctx=ctx)
+
+
+def test_attacks_read_the_text_after_the_plain_tokens(ctx, synthetic_splits):
+    """At η = ∞ the white-box attacker recovers RAPT's user text exactly as it recovers PCT2T's."""
+    from rapt_audit.plugins import ATTACKS
+
+    records = synthetic_splits.victim_test[:20]
+    outcomes = {}
+    for name in ("rapt", "pct2t"):
+        defense = make_plugin(DEFENSES, name, {"eta": math.inf}).fit(records, ctx=ctx)
+        attack = make_plugin(ATTACKS, "whitebox", {}).fit(synthetic_splits.attacker, defense, ctx=ctx)
+        outcomes[name] = attack.attack(defense.release(records, ctx=ctx), records, ctx=ctx).empirical_privacy.value
+    assert outcomes["rapt"] == outcomes["pct2t"] < 0.05, outcomes
+
+
+@pytest.mark.gpu
+def test_rapt_trains_on_cuda(synthetic_splits, tmp_path):
+    from rapt_audit.context import RunContext
+
+    ctx = RunContext(seed=0, profile="smoke", device="cuda", cache_dir=tmp_path)
+    defense = make_plugin(DEFENSES, "rapt", {"eta": 100.0, "method": "lora"}).fit(synthetic_splits.victim_train, ctx=ctx)
+    utility = defense.utility(synthetic_splits.victim_test, ctx=ctx)
+    assert 0.0 <= utility["accuracy"].value <= 1.0
+    assert defense.release(synthetic_splits.victim_test, ctx=ctx).meta["customization"]["history"]
