@@ -113,3 +113,23 @@ def test_committed_leaderboard_states_its_profile_and_links_resolve():
         assert target.is_file(), path
         assert f"id='{anchor}'" in target.read_text(encoding="utf-8") or f'id="{anchor}"' in target.read_text(
             encoding="utf-8"), anchor
+
+
+def test_settings_are_labelled_by_their_privacy_parameter(tmp_path):
+    """η, a target replacement probability (with the calibrated η) and ε each get their own label."""
+    runs = tmp_path / "runs"
+    target = fake_result(eta=100, privacy={"whitebox": 0.4})
+    target.defense["params"]["replacement"] = 0.45
+    target.defense["release_meta"]["eta"] = 87.25
+    target.cell_id = "replacement1"
+    cape = fake_result(defense="cape", eta=None, privacy={"whitebox": 0.7})
+    cape.defense["params"] = {"epsilon": 5.0}
+    identity = fake_result(defense="identity", eta=None, privacy={"whitebox": 0.0})
+    for name, result in (("target", target), ("cape", cape), ("identity", identity)):
+        write_result(result, runs / name)
+    out = tmp_path / "lb.md"
+    assert main(["leaderboard", str(runs), "-o", str(out)]) == 0
+    rows = _tables(out.read_text(encoding="utf-8"))[SIG_A]
+    assert any(r.startswith("| t2t | p=0.45 (η=87.2) |") for r in rows), rows
+    assert any(r.startswith("| cape | ε=5 |") for r in rows), rows
+    assert any(r.startswith("| identity (no privacy) | no privacy |") for r in rows), rows
