@@ -9,8 +9,6 @@ and the caller decides whether to go on (a report) or stop (the gate).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -150,21 +148,4 @@ def collect(paths: Sequence[str | Path], *, calibrations: bool = True) -> Collec
     return out
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        # mkstemp creates 0600 files; a report is meant to be read by others (umask decides, as for open()).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-__all__ = ["CALIBRATION_GLOB", "Collection", "Loaded", "Problem", "collect", "write_text_atomic"]
+__all__ = ["CALIBRATION_GLOB", "Collection", "Loaded", "Problem", "collect"]

@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-from rapt_audit.collect import Collection, collect, write_text_atomic
+from rapt_audit.collect import Collection, collect
+from rapt_audit.results import write_text_atomic
 from rapt_audit.summary import Group, fmt_estimate, group_results
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit import __version__
-from rapt_audit.collect import Collection, collect, write_text_atomic
+from rapt_audit.collect import Collection, collect
+from rapt_audit.results import write_text_atomic
 from rapt_audit.errors import ResultError
 from rapt_audit.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
 from rapt_audit.results import SYNTHETIC_WARNING

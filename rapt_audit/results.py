@@ -90,20 +90,28 @@ class RunResult:
                    schema=data["schema"])
 
 
-def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
-    """Write ``document`` to ``path`` so that readers see the old file or the new one, never half."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=2, sort_keys=False, allow_nan=False)
-            handle.write("\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates 0600 files; results and reports are meant to be shared (umask decides, as for open()).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
+    """Write ``document`` as indented JSON to ``path`` atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(document, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def write_result(result: RunResult, out_dir: str | Path) -> Path:
