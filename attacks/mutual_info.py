@@ -144,6 +144,12 @@ class MutualInfoAttack:
         if len(ids) <= k:
             raise Skip(f"mutual_info needs more than k={k} victim tokens, got {len(ids)}")
         released = np.concatenate([v.released_vectors for v in views]).astype(np.float64)
+        clip = release.meta.get("clip_norm")
+        if clip is not None and np.mean(np.linalg.norm(released, axis=1) >= float(clip) * (1 - 1e-4)) > 0.5:
+            # Most vectors lie on the clipping sphere: the release has no density in R^d, which the
+            # k-NN estimator assumes; its number would be meaningless (it reports privacy 1.0).
+            raise Skip(f"mutual_info: most released vectors were clipped to norm {float(clip):.3f}, so they lie "
+                       "on a sphere; the Kozachenko-Leonenko estimator needs a density in R^d")
         clean = np.asarray(space.all_vectors[ids], dtype=np.float64)
         noise = released - clean
         n, d = released.shape

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -72,6 +74,9 @@ class WhiteboxAttack:
             details["top5"] = "not defined for text releases (one released token per position, no ranking)"
         else:
             vectors = stack_released(views)[units.source]  # vector releases are 1:1: every unit aligned
+            vectors, rescaled = undo_norm_clipping(vectors, release.meta, engine(ctx).space.vectors)
+            if rescaled:
+                details["clipped_vectors_rescaled"] = rescaled
             # Top-1: the certified exact search the T2T mechanism itself decodes with, so whitebox
             # recovery and the defense's replacement count measure the same event.
             eng = engine(ctx)
@@ -84,3 +89,31 @@ class WhiteboxAttack:
         top1 = accuracy(hits, units, len(views), rng=rng)
         metrics = {"token_accuracy": top1, **metrics}
         return AttackResult(top1.complement(), metrics, details)
+
+
+def undo_norm_clipping(vectors: np.ndarray, meta: Mapping[str, Any], vocabulary: np.ndarray) -> tuple[np.ndarray, int]:
+    """Rescale released vectors that a defense clipped to norm C back to the norm they would have had.
+
+    Split-and-Denoise clips each noisy token vector to C, the largest vocabulary norm; at small η
+    nearly every vector ends on that sphere. Searching with the clipped vector shrinks its distance
+    term and pulls every guess towards small-norm tokens, so a naive nearest-neighbour attack would
+    under-state the leak. The adversary knows the mechanism (C and η are public), so it rescales each
+    clipped vector to the expected unclipped norm sqrt(median‖E‖² + E‖z‖²), with E‖z‖² = d(d+1)/η²
+    for the Gamma(d, 1/η) radius (post-processing: it uses no private data). Releases without
+    ``meta["clip_norm"]`` are returned unchanged.
+
+    Returns:
+        The vectors to search with and how many of them were rescaled.
+    """
+    clip, eta = meta.get("clip_norm"), meta.get("eta")
+    if clip is None or eta in (None, "inf") or not math.isfinite(float(eta)):
+        return vectors, 0
+    norms = np.linalg.norm(vectors, axis=1)
+    clipped = norms >= float(clip) * (1 - 1e-4)
+    if not clipped.any():
+        return vectors, 0
+    d = vectors.shape[1]
+    target = math.sqrt(float(np.median(np.einsum("ij,ij->i", vocabulary, vocabulary))) + d * (d + 1) / float(eta) ** 2)
+    out = vectors.copy()
+    out[clipped] *= (target / norms[clipped])[:, None]
+    return out, int(clipped.sum())
