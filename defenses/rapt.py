@@ -38,6 +38,9 @@ class RAPTDefense(PCT2TDefense):
     and RAPT's four categories, close to the paper's 19,369 for BERT (whose construction the paper
     does not detail); ``"vocabulary"`` uses every regular whole-word token.
 
+    ``rec_weight`` scales L_rec: 1 in the paper, where L_rec is a sum over the m plain tokens and starts
+    near m·ln|V_r| ≈ 395 against L_task ≈ ln 2; ``rec_weight=0.025`` (= 1/m) averages it instead.
+
     Ablations (RAPT Table VIII): ``reconstruction=false`` keeps the plain tokens without L_rec;
     ``plain_tokens=0`` drops them entirely (then there is nothing to reconstruct, and the defense is
     PCT2T + the customization method).
@@ -50,6 +53,7 @@ class RAPTDefense(PCT2TDefense):
     plain_tokens: int = 40
     reconstruction: bool = True
     rec_hidden: int = 96
+    rec_weight: float = 1.0
     rec_vocab: str = "categories"
     _plain: PlainTokens | None = field(default=None, init=False, repr=False)
     _plain_categories: list[str] = field(default_factory=list, init=False, repr=False)
@@ -115,7 +119,7 @@ class RAPTDefense(PCT2TDefense):
     def customization_options(self, ctx: RunContext) -> dict[str, Any]:
         """The plain tokens, the reconstruction switch and the head size for the service's training."""
         return {"plain": self.plain(ctx)[0] if self.plain_tokens else None, "reconstruction": self.reconstruction,
-                "extra_settings": {"rec_hidden": self.rec_hidden}}
+                "extra_settings": {"rec_hidden": self.rec_hidden, "rec_weight": self.rec_weight}}
 
     def release(self, records: Sequence[Record], *, ctx: RunContext) -> Release:
         """PCT2T's release with the privatized plain tokens in front (and the protocol facts in ``meta``)."""

@@ -79,6 +79,7 @@ class TrainSettings:
     lora_alpha: int = LORA_ALPHA
     lora_dropout: float = LORA_DROPOUT
     rec_hidden: int = 96
+    rec_weight: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -103,6 +104,8 @@ def resolve_settings(method: str, profile: str, overrides: Mapping[str, Any] | N
             raise UsageError(f"{key} must be a positive integer, got {getattr(settings, key)}")
     if settings.method in ("prompt", "prefix") and settings.virtual_tokens < 1:
         raise UsageError(f"virtual_tokens must be >= 1 for {settings.method} tuning, got {settings.virtual_tokens}")
+    if not settings.rec_weight >= 0:
+        raise UsageError(f"rec_weight must be >= 0 (1 in the paper), got {settings.rec_weight}")
     if not settings.lr > 0:
         raise UsageError(f"lr must be > 0, got {settings.lr}")
     if not 0 <= settings.lora_dropout < 1:
@@ -319,7 +322,7 @@ def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
                 expected = targets.repeat(len(idx))
                 # Eq. 6 sums over the m plain tokens; averaged over the examples of the batch.
                 rec_loss = torch.nn.functional.cross_entropy(flat, expected, reduction="sum") / len(idx)
-                loss = loss + rec_loss
+                loss = loss + settings.rec_weight * rec_loss
                 sums["rec_loss"] += float(rec_loss.detach()) * len(idx)
                 sums["rec_accuracy"] += float((flat.argmax(-1) == expected).float().mean()) * len(idx)
             optimizer.zero_grad(set_to_none=True)

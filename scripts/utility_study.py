@@ -63,6 +63,14 @@ def cells(etas: dict[str, float], methods: list[str], seeds: list[int], ablation
     return grid
 
 
+def rec_weight_cells(etas: dict[str, float], methods: list[str], seeds: list[int], weight: float
+                     ) -> list[dict[str, Any]]:
+    """Supplementary cells: RAPT at the first η with L_rec scaled by ``weight`` (e.g. 1/m: a mean, not a sum)."""
+    label, eta = next(iter(etas.items()))
+    return [{"defense": "rapt", "variant": f"rec_weight={weight:g}", "method": method, "eta_label": label, "eta": eta,
+             "seed": seed, "extra": {"rec_weight": weight}} for seed in seeds for method in methods]
+
+
 def cell_key(cell: dict[str, Any]) -> str:
     return f"{cell['defense']}|{cell['variant']}|{cell['method']}|{cell['eta_label']}|{cell['seed']}"
 
@@ -131,6 +139,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=48)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated cell keys or substrings to run")
+    parser.add_argument("--rec-weight", type=float, default=None,
+                        help="also run RAPT at the first η with this L_rec weight (supplementary cells)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -145,7 +155,9 @@ def main() -> None:
     print("calibrated:", etas, flush=True)
     results_file = out / "cells.jsonl"
     done = {json.loads(line)["key"] for line in results_file.read_text().splitlines()} if results_file.exists() else set()
-    grid = [c for c in cells(etas, args.methods.split(","), [int(s) for s in args.seeds.split(",")])
+    methods, seeds = args.methods.split(","), [int(s) for s in args.seeds.split(",")]
+    extra = rec_weight_cells(etas, methods, seeds, args.rec_weight) if args.rec_weight is not None else []
+    grid = [c for c in cells(etas, methods, seeds) + extra
             if cell_key(c) not in done and (not args.only or any(o in cell_key(c) for o in args.only.split(",")))]
     opts = {"data_dir": args.data_dir, "cache": args.cache, "train": args.train, "test": args.test,
             "epochs": args.epochs, "max_length": args.max_length}

@@ -174,6 +174,8 @@ def test_empty_training_split_and_bad_settings(minilm):
         train_classifier(minilm, [], np.array([]), _settings("lora"), n_labels=2, seed=0)
     with pytest.raises(UsageError, match="epochs must be a positive integer"):
         resolve_settings("lora", "cpu", {"epochs": 0})
+    with pytest.raises(UsageError, match="rec_weight must be >= 0"):
+        resolve_settings("lora", "cpu", {"rec_weight": -1.0})
     with pytest.raises(UsageError, match="plain_tokens must be >= 0"):
         make_plugin(DEFENSES, "rapt", {"plain_tokens": -1})
 
