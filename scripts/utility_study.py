@@ -39,10 +39,11 @@ def calibrate(targets: list[float], data_dir: str, cache: str) -> dict[float, fl
     return out
 
 
-def cells(etas: dict[str, float], methods: list[str], seeds: list[int], ablation_method: str = "prompt"
+def cells(etas: dict[str, float], methods: list[str], seeds: list[int], ablation_methods: tuple[str, ...] = ("prompt",)
           ) -> list[dict[str, Any]]:
-    """The study grid, cut to fit 2 CPU cores: at the first η every defense with every method plus the
-    "without reconstruction" ablation; at the second η every defense with ``ablation_method`` only; at
+    """The study grid, cut to fit 2 CPU cores: at the first η every defense with every method, plus the
+    "without reconstruction" ablation for ``ablation_methods``; at the second η every defense with the
+    first of ``ablation_methods`` only; at
     η = ∞ the no-privacy reference only (T2T and PCT2T are the identity there; the paper reports no
     gain from reconstruction at η = ∞)."""
     grid = []
@@ -51,10 +52,10 @@ def cells(etas: dict[str, float], methods: list[str], seeds: list[int], ablation
     for seed, (label, eta), method in itertools.product(seeds, etas.items(), methods):
         settings = [("t2t", "t2t", {})]  # at η = ∞ the no-privacy reference (T2T = PCT2T = identity there)
         if not math.isinf(eta):
-            if label != first_label and method != ablation_method:
+            if label != first_label and method != ablation_methods[0]:
                 continue  # the second η runs the paper's main method only (to fit 2 CPU cores)
             settings += [("pct2t", "pct2t", {}), ("rapt", "rapt", {})]
-            if method == ablation_method and label == first_label:
+            if method in ablation_methods and label == first_label:
                 # RAPT Table VIII: w/o reconstruction (w/o plain tokens = PCT2T + the method)
                 settings.append(("rapt", "without_reconstruction", {"reconstruction": False}))
         for defense, variant, extra in settings:
@@ -125,6 +126,35 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: Paired comparisons (same seed = same split and same calibration), as (method, η label prefix, a, b): a − b.
+COMPARISONS = (("PCT2T − T2T", "pct2t", "t2t"), ("RAPT − PCT2T", "rapt", "pct2t"),
+               ("RAPT − without reconstruction", "rapt", "without_reconstruction"),
+               ("without reconstruction − PCT2T (plain tokens alone)", "without_reconstruction", "pct2t"),
+               ("RAPT rec_weight=1/m − RAPT", "rec_weight=0.025", "rapt"))
+
+
+def paired_differences(rows: list[dict[str, Any]]) -> str:
+    """Per-seed accuracy differences between variants on the same split, with a t-interval over seeds."""
+    from rapt_audit.stats import seed_summary
+    from rapt_audit.types import Estimate
+
+    accuracy = {(r["method"], r["eta_label"], r["variant"], r["seed"]): r["utility"]["accuracy"]["value"] for r in rows}
+    settings = sorted({(r["method"], r["eta_label"]) for r in rows})
+    lines = ["| comparison | method | η | mean difference (95% t-CI over seeds) | per seed |", "|---|---|---|---|---|"]
+    for title, a, b in COMPARISONS:
+        for method, label in settings:
+            seeds = sorted(s for (m, lab, v, s) in accuracy if (m, lab, v) == (method, label, a)
+                           and (method, label, b, s) in accuracy)
+            if not seeds:
+                continue
+            diffs = [accuracy[(method, label, a, s)] - accuracy[(method, label, b, s)] for s in seeds]
+            summary = seed_summary([Estimate(d, d, d, 1, "difference") for d in diffs])
+            interval = f"[{summary.ci_low:+.3f}, {summary.ci_high:+.3f}]" if len(diffs) > 1 else "(one seed)"
+            lines.append(f"| {title} | {method} | {label} | {summary.value:+.3f} {interval} (n={len(diffs)}) | "
+                         + ", ".join(f"{d:+.3f}" for d in diffs) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", required=True)
@@ -139,6 +169,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=48)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", default="", help="comma-separated cell keys or substrings to run")
+    parser.add_argument("--ablation-methods", default="prompt",
+                        help="methods that also run the 'without reconstruction' ablation at the first η")
     parser.add_argument("--rec-weight", type=float, default=None,
                         help="also run RAPT at the first η with this L_rec weight (supplementary cells)")
     args = parser.parse_args()
@@ -157,7 +189,7 @@ def main() -> None:
     done = {json.loads(line)["key"] for line in results_file.read_text().splitlines()} if results_file.exists() else set()
     methods, seeds = args.methods.split(","), [int(s) for s in args.seeds.split(",")]
     extra = rec_weight_cells(etas, methods, seeds, args.rec_weight) if args.rec_weight is not None else []
-    grid = [c for c in cells(etas, methods, seeds) + extra
+    grid = [c for c in cells(etas, methods, seeds, tuple(args.ablation_methods.split(","))) + extra
             if cell_key(c) not in done and (not args.only or any(o in cell_key(c) for o in args.only.split(",")))]
     opts = {"data_dir": args.data_dir, "cache": args.cache, "train": args.train, "test": args.test,
             "epochs": args.epochs, "max_length": args.max_length}
@@ -168,8 +200,9 @@ def main() -> None:
                 handle.write(json.dumps(row) + "\n")
             print(f"{row['key']}: acc {row['utility']['accuracy']['value']:.3f} ({row['wall_s']} s)", flush=True)
     rows = [json.loads(line) for line in results_file.read_text().splitlines()]
-    (out / "summary.md").write_text(summarize(rows) + "\n")
-    print(summarize(rows))
+    text = summarize(rows) + "\n\nPaired differences in accuracy:\n\n" + paired_differences(rows)
+    (out / "summary.md").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":
