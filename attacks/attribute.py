@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
@@ -12,7 +11,9 @@ import numpy as np
 from rapt_audit.attack_base import adaptive_release, check_disjoint, require_size
 from rapt_audit.context import RunContext
 from rapt_audit.metrics import metric
+from rapt_audit.models import one_thread
 from rapt_audit.plugins import ATTACKS
+from rapt_audit.representation import input_table, token_id_lists
 from rapt_audit.stats import bootstrap_mean, bootstrap_statistic
 from rapt_audit.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
 
@@ -35,31 +36,10 @@ def release_features(release: Release, *, ctx: RunContext) -> tuple[np.ndarray, 
     if release.token_embeddings is not None:
         return _mean_rows(release.token_embeddings), "token_embeddings"
     if release.texts is not None:
-        model = ctx.encoder()
-        table = ctx.shared(("input_embedding_table", ctx.model),
-                           lambda: model.model.get_input_embeddings().weight.detach().float().cpu().numpy())
-        texts = list(release.user_texts())
-        ids = model.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
-        return _mean_rows([table[np.asarray(i, dtype=np.int64)] for i in ids], width=table.shape[1]), "texts"
+        table = input_table(ctx)
+        ids = token_id_lists(ctx, list(release.user_texts()))
+        return _mean_rows([table[i] for i in ids], width=table.shape[1]), "texts"
     raise Skip("the release carries no texts, token embeddings or sequence embeddings")
-
-
-@contextmanager
-def _one_thread_on_cpu(device: str):  # noqa: ANN202
-    """Run torch single-threaded on CPU for the duration of the block, then restore the setting.
-
-    The MLP's matrices are tiny, so threads buy nothing, and when the cores are shared (CI, other
-    jobs) torch's spinning worker threads made training ~10x slower in our measurements.
-    """
-    import torch
-
-    before = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def macro_f1_score(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> float:
@@ -141,7 +121,7 @@ class AttributeInferenceAttack:
         mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
         self._scaler = (mean, std)
         y_train, y_valid = self._encode(train), self._encode(valid)
-        with _one_thread_on_cpu(ctx.device):
+        with one_thread(ctx.device):
             self._model, best_epoch, best_acc = self._train((x_train - mean) / std, y_train,
                                                             (x_valid - mean) / std, y_valid, ctx=ctx)
         self._fit_details = {"feature_kind": kind, "chosen_epoch": best_epoch, "max_epochs": self.epochs,
@@ -205,7 +185,7 @@ class AttributeInferenceAttack:
         mean, std = self._scaler
         x = torch.as_tensor((features[[position[r.uid] for r in scored]] - mean) / std, dtype=torch.float32,
                             device=ctx.device)
-        with torch.no_grad(), _one_thread_on_cpu(ctx.device):
+        with torch.no_grad(), one_thread(ctx.device):
             predicted = self._model(x).argmax(1).cpu().numpy()
         truth_y = self._encode(scored)
         rng = ctx.rng("attack", self.name, "bootstrap")

@@ -136,7 +136,7 @@ class CapeDefense:
         """Accuracy, macro-F1 and AUC of CAPE's own task head on the released test representations."""
         import torch
 
-        from rapt_audit.adversarial import one_thread
+        from rapt_audit.models import one_thread
 
         model = self._require_fit()
         y_test = require_labels(test, split="victim_test")

@@ -8,13 +8,13 @@ This module imports torch at import time; defenses import it inside their method
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import numpy as np
 import torch
 from torch import nn
+
+from rapt_audit.models import one_thread
 
 
 class _ReverseGradient(torch.autograd.Function):
@@ -33,18 +33,6 @@ class _ReverseGradient(torch.autograd.Function):
 def reverse_gradient(x: torch.Tensor, weight: float) -> torch.Tensor:
     """``x`` unchanged, but gradients flowing back through it are multiplied by ``-weight``."""
     return _ReverseGradient.apply(x, float(weight))
-
-
-@contextmanager
-def one_thread(device: str) -> Iterator[None]:
-    """Single-threaded torch on CPU for the block (tiny matrices; shared cores make threads slower)."""
-    before = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def mlp(in_dim: int, hidden: int, out_dim: int, dropout: float) -> nn.Sequential:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rapt_audit.adversarial import one_thread
+from rapt_audit.models import one_thread
 from rapt_audit.noise import dchi_noise
 
 

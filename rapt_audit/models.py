@@ -8,12 +8,13 @@ too. Loading never reaches a hub unless the user explicitly allows it with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rapt_audit.errors import ModelError
 
@@ -143,3 +144,22 @@ def _load_model_cached(spec: str, device: str) -> LoadedModel:
             "RAPT_AUDIT_ALLOW_DOWNLOAD=1 where a hub is reachable") from None
     model.eval().to(device)
     return LoadedModel(spec, path, tokenizer, model, device, weights_fingerprint(path))
+
+
+@contextlib.contextmanager
+def one_thread(device: str) -> Iterator[None]:
+    """Run torch single-threaded on CPU for the duration of the block, then restore the setting.
+
+    The small MLPs trained by attacks and defenses gain nothing from threads, and when the cores are
+    shared (CI, other jobs) torch's spinning worker threads made training ~10x slower in our
+    measurements.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
