@@ -1,11 +1,11 @@
-"""Built-in attacks; importing this package registers them (``rapt_audit.attacks``)."""
+"""Built-in attacks; importing this package registers them (``rapt_audit.attacks``).
 
-from rapt_audit.attacks import (  # noqa: F401
-    ae_inversion,
-    attribute,
-    mlp_inversion,
-    mutual_info,
-    ner,
-    random_guess,
-    whitebox,
-)
+One module per attack. Helpers shared by several attacks sit beside them with a leading underscore:
+``_base`` (disjointness and size checks, adaptive releases), ``_token_views`` (token-level views of a
+release for the inversion attacks), ``_ner_tags`` and ``_align``. Attacks may import every core layer
+except ``reporting``, and from ``pipeline`` only the ``RunContext`` they are handed; they read the
+vocabulary and embeddings from :mod:`rapt_audit.encoder` and re-run a defense only through its
+public ``release``.
+"""
+
+from rapt_audit.attacks import ae_inversion, attribute, mlp_inversion, mutual_info, ner, random_guess, whitebox  # noqa: F401

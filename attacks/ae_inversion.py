@@ -7,13 +7,24 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.errors import DataError, UsageError
-from rapt_audit.metrics import metric
-from rapt_audit.plugins import ATTACKS
-from rapt_audit.token_views import (Units, accuracy, aligned_fraction, attacker_views, engine, features,
-                                    per_record_mean, seeded_torch, train_torch, trained_victim_views, units_of)
-from rapt_audit.types import AttackerData, AttackResult, Record, Release
+from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
+from rapt_audit.attacks._token_views import (
+    Units,
+    accuracy,
+    aligned_fraction,
+    attacker_views,
+    engine,
+    features,
+    per_record_mean,
+    seeded_torch,
+    train_torch,
+    trained_victim_views,
+    units_of,
+)
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.metrics import metric
 
 metric("reconstruction_mse", "privacy", True,
        "autoencoder reconstruction error ||x - x_hat||^2 of original token embeddings (RAPT's AE metric)",
@@ -82,7 +93,7 @@ class AEInversionAttack:
 
     def _reconstruct(self, feats: np.ndarray, units: Units, device: str) -> np.ndarray:
         """x̂ per unit from the released features (the prior mean for units with no released counterpart)."""
-        import torch
+        import torch  # lazy (torch)
 
         out = np.repeat(self._prior[None, :], units.source.size, axis=0).astype(np.float32)
         if units.aligned.any():
@@ -96,7 +107,7 @@ class AEInversionAttack:
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> AEInversionAttack:
         """Privatize the attacker's records with ``defense`` and train the autoencoder on them."""
-        import torch
+        import torch  # lazy (torch)
 
         self._aux = aux
         self._kind, train_views, valid_views = attacker_views(

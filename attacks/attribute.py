@@ -8,14 +8,14 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.attack_base import adaptive_release, check_disjoint, require_size
-from rapt_audit.context import RunContext
-from rapt_audit.metrics import metric
-from rapt_audit.models import one_thread
-from rapt_audit.plugins import ATTACKS
-from rapt_audit.representation import input_table, token_id_lists
-from rapt_audit.stats import bootstrap_mean, bootstrap_statistic
-from rapt_audit.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
+from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
+from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
+from rapt_audit.encoder.encode import input_table, token_id_lists
+from rapt_audit.encoder.models import one_thread
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.metrics import metric
+from rapt_audit.scoring.stats import bootstrap_mean, bootstrap_statistic
 
 metric("attribute_macro_f1", "attack", False, "macro-F1 of the attacker's private-attribute guesses")
 
@@ -138,7 +138,7 @@ class AttributeInferenceAttack:
     def _train(self, x_train: np.ndarray, y_train: np.ndarray, x_valid: np.ndarray, y_valid: np.ndarray, *,
                ctx: RunContext) -> tuple[Any, int, float]:
         """Adam on cross-entropy; returns the model of the epoch with the best valid accuracy (earliest on ties)."""
-        import torch
+        import torch  # lazy (torch)
 
         torch.manual_seed(ctx.seed_for("attack", self.name, "init"))
         model = torch.nn.Sequential(torch.nn.Linear(x_train.shape[1], self.hidden), torch.nn.ReLU(),
@@ -169,7 +169,7 @@ class AttributeInferenceAttack:
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Predict the victim's attribute from the release; score against the victim's true values."""
-        import torch
+        import torch  # lazy (torch)
 
         if self._aux is None:
             raise RuntimeError("call fit() before attack()")

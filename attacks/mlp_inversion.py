@@ -9,13 +9,23 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.errors import DataError, UsageError
-from rapt_audit.plugins import ATTACKS
-from rapt_audit.token_views import (TokenView, Units, accuracy, aligned_fraction, attacker_views, engine, features,
-                                    seeded_torch, train_torch, trained_victim_views, units_of)
-from rapt_audit.types import AttackerData, AttackResult, Record, Release
-
+from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
+from rapt_audit.attacks._token_views import (
+    TokenView,
+    Units,
+    accuracy,
+    aligned_fraction,
+    attacker_views,
+    engine,
+    features,
+    seeded_torch,
+    train_torch,
+    trained_victim_views,
+    units_of,
+)
+from rapt_audit.pipeline.context import RunContext
 
 _PREDICT_BATCH = 4096
 
@@ -104,7 +114,7 @@ class MLPInversionAttack:
 
     def _build(self, in_dim: int, class_vectors: np.ndarray, scale: float, log_prior: np.ndarray,
                device: str) -> Any:
-        import torch
+        import torch  # lazy (torch)
 
         hidden, n_classes = int(self.hidden), len(class_vectors)
         if not self.nn_head:
@@ -140,7 +150,7 @@ class MLPInversionAttack:
         Gaussian perturbation of the original (at small η it is an unrelated word), so the fitted
         1/σ² can be far too sharp, and Adam would need thousands of steps to move log s that far.
         """
-        import torch
+        import torch  # lazy (torch)
 
         best, best_scale = -1.0, scale
         for factor in 2.0 ** np.arange(-12, 5):
@@ -155,7 +165,7 @@ class MLPInversionAttack:
 
     def _predict(self, x: np.ndarray, k: int, device: str) -> np.ndarray:
         """Rows of the ``k`` most probable classes per input (best first)."""
-        import torch
+        import torch  # lazy (torch)
 
         out = np.empty((len(x), k), dtype=np.int64)
         with torch.inference_mode():
@@ -173,7 +183,7 @@ class MLPInversionAttack:
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> MLPInversionAttack:
         """Privatize the attacker's records with ``defense`` and train the MLP on them."""
-        import torch
+        import torch  # lazy (torch)
 
         self._aux = aux
         self._kind, train_views, valid_views = attacker_views(

@@ -9,14 +9,14 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.attack_base import check_disjoint
-from rapt_audit.context import RunContext
-from rapt_audit.errors import UsageError
-from rapt_audit.metrics import metric
-from rapt_audit.plugins import ATTACKS
-from rapt_audit.stats import bootstrap_mean
-from rapt_audit.token_views import TokenView, engine, views_for
-from rapt_audit.types import AttackerData, AttackResult, Estimate, Record, Release, Skip
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.types import AttackerData, AttackResult, Estimate, Record, Release, Skip
+from rapt_audit.attacks._base import check_disjoint
+from rapt_audit.attacks._token_views import TokenView, engine, views_for
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.metrics import metric
+from rapt_audit.scoring.stats import bootstrap_mean
 
 metric("mutual_information", "attack", False,
        "Kozachenko-Leonenko k-NN estimate of I(X; X~) in nats between clean and released token embeddings",
@@ -50,7 +50,7 @@ def knn_distances(points: np.ndarray, k: int) -> np.ndarray:
 
 def kl_constant(n: int, k: int, d: int) -> float:
     """ψ(N) − ψ(k) + log c_d, with c_d = π^{d/2} / Γ(d/2 + 1) the volume of the Euclidean unit d-ball."""
-    from scipy.special import digamma, gammaln
+    from scipy.special import digamma, gammaln  # lazy (scipy)
 
     return float(digamma(n) - digamma(k) + (d / 2) * math.log(math.pi) - gammaln(d / 2 + 1))
 
@@ -60,7 +60,7 @@ def dchi_noise_entropy(d: int, eta: float) -> float:
 
     H = d − d·log η + log Γ(d) + log(d·c_d), from E‖Z‖ = d/η.
     """
-    from scipy.special import gammaln
+    from scipy.special import gammaln  # lazy (scipy)
 
     log_surface = math.log(d) + (d / 2) * math.log(math.pi) - float(gammaln(d / 2 + 1))
     return d - d * math.log(eta) + float(gammaln(d)) + log_surface

@@ -2,8 +2,8 @@
 
 Scoring (shared by ``ner``, ``ner_adaptive`` and ``ner_spacy``), defined precisely:
 
-1. Original and released texts are split into words with :func:`rapt_audit.ner_tags.tokenize_words`
-   and aligned with :func:`rapt_audit.align.align` on their lower-cased forms.
+1. Original and released texts are split into words with :func:`rapt_audit.attacks._ner_tags.tokenize_words`
+   and aligned with :func:`rapt_audit.attacks._align.align` on their lower-cased forms.
 2. Reference tags are the IOB2 tags of the record's gold entity spans over the *original* words.
    Datasets without gold spans (SST-2, Trustpilot) are scored against **silver** entities found
    by spaCy's NER (``en_core_web_sm``) in the original text; such results carry
@@ -29,15 +29,16 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.align import align
-from rapt_audit.attack_base import adaptive_release, check_disjoint, require_size
-from rapt_audit.context import RunContext
-from rapt_audit.errors import DataError
-from rapt_audit.metrics import metric
-from rapt_audit.ner_tags import (Word, iob_labels, load_spacy_ner, spacy_spans, spans_to_tags, tokenize_words)
-from rapt_audit.plugins import ATTACKS
-from rapt_audit.stats import bootstrap_statistic
-from rapt_audit.types import AttackerData, AttackResult, Estimate, Record, Release, Skip
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.types import AttackerData, AttackResult, Estimate, Record, Release, Skip
+from rapt_audit.attacks._align import align
+from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
+from rapt_audit.attacks._ner_tags import Word, iob_labels, load_spacy_ner, spacy_spans, spans_to_tags, tokenize_words
+from rapt_audit.data import load_dataset
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.metrics import metric
+from rapt_audit.scoring.stats import bootstrap_statistic
 
 metric("entity_f1", "attack", False, "entity-level F1 of entities whose type and original surface string "
                                      "the attacker recovers from the release")
@@ -62,7 +63,7 @@ def _unchanged(original: Sequence[Word], released: Sequence[Word]) -> int:
 
 def entity_counts(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> np.ndarray:
     """Per record ``(true positives, predicted entities, reference entities)``, as seqeval counts them."""
-    from seqeval.metrics.sequence_labeling import get_entities
+    from seqeval.metrics.sequence_labeling import get_entities  # lazy (seqeval)
 
     counts = np.zeros((len(gold), 3), dtype=np.int64)
     for k, (g, p) in enumerate(zip(gold, predicted)):
@@ -178,8 +179,6 @@ class TrainedNERAttack(NERAttackBase):
             require_size(aux.train, self.min_train_sentences, attack=self.name, what="attacker_train")
             pool, source = list(aux.train), "attacker split (gold entities)"
         else:
-            from rapt_audit.data import load_dataset
-
             try:
                 dataset = load_dataset("conll2003", ctx.data_dir)
             except DataError as exc:
@@ -227,9 +226,9 @@ def carry_tags(original: Sequence[Word], released: Sequence[Word], tags: Sequenc
 
 def _train_token_classifier(attack: TrainedNERAttack, words: list[list[str]], tags: list[list[str]], *,
                             ctx: RunContext) -> Any:
-    import torch
-    from transformers import AutoModelForTokenClassification
-    from transformers.utils import logging as hf_logging
+    import torch  # lazy (torch)
+    from transformers import AutoModelForTokenClassification  # lazy (transformers)
+    from transformers.utils import logging as hf_logging  # lazy (transformers)
 
     encoder = ctx.encoder()
     label_id = {label: i for i, label in enumerate(attack._labels)}
@@ -285,7 +284,7 @@ def _length_batches(lengths: Sequence[int], size: int, rng: np.random.Generator)
 
 def _predict(attack: TrainedNERAttack, words: list[list[str]], *, ctx: RunContext,
              batch_size: int = 32) -> list[list[str]]:
-    import torch
+    import torch  # lazy (torch)
 
     tokenizer = ctx.encoder().tokenizer
     limit = min(attack.predict_max_length, int(attack._model.config.max_position_embeddings))

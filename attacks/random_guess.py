@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.plugins import ATTACKS
-from rapt_audit.stats import bootstrap_mean
-from rapt_audit.text import words
-from rapt_audit.types import AttackerData, AttackResult, Record, Release, Skip, RELEASE_KINDS
+from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.stats import bootstrap_mean
+
+_WORD = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens of ``text`` (letters, digits and inner apostrophes)."""
+    return [w.lower() for w in _WORD.findall(text)]
 
 
 @ATTACKS.register("random_guess", tags=("baseline",))

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.attack_base import check_disjoint
-from rapt_audit.context import RunContext
-from rapt_audit.errors import UsageError
-from rapt_audit.plugins import ATTACKS
-from rapt_audit.token_views import (accuracy, aligned_fraction, engine, nearest_rows, stack_released, units_of,
-                                    views_for)
-from rapt_audit.types import AttackerData, AttackResult, Record, Release
-
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
+from rapt_audit.attacks._base import check_disjoint
+from rapt_audit.attacks._token_views import (
+    accuracy,
+    aligned_fraction,
+    engine,
+    nearest_rows,
+    stack_released,
+    units_of,
+    views_for,
+)
+from rapt_audit.pipeline.context import RunContext
 
 
 @ATTACKS.register("whitebox", tags=("inversion",))
@@ -31,7 +36,7 @@ class WhiteboxAttack:
       come from the nearest-neighbour index over the regular vocabulary;
     * ``texts`` — the released tokens *are* vocabulary entries, so the nearest neighbour of a
       released token is the token itself: the guess for an original token is its aligned released
-      token (model tokenizer, :func:`rapt_audit.align.align`). A single released token carries no
+      token (model tokenizer, :func:`rapt_audit.attacks._align.align`). A single released token carries no
       ranking, so top-5 is not defined there and is not reported.
 
     Success is token accuracy over regular original tokens (unaligned originals count as misses);

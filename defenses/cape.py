@@ -7,14 +7,16 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.errors import DataError, UsageError
-from rapt_audit.noise import check_epsilon
-from rapt_audit.plugins import DEFENSES
-from rapt_audit.representation import (cached_pooled, check_nonnegative, check_sensitivity, classification_utility,
-                                       laplace_rows, require_attribute)
-from rapt_audit.types import Estimate, Record, Release
-from rapt_audit.utility import require_labels
+from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.plugins import DEFENSES
+from rapt_audit.api.types import Estimate, Record, Release
+from rapt_audit.defenses._representation import check_nonnegative, check_sensitivity, laplace_rows, require_attribute
+from rapt_audit.encoder.encode import cached_pooled
+from rapt_audit.encoder.models import one_thread
+from rapt_audit.mechanisms.noise import check_epsilon
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.classification import classification_utility
+from rapt_audit.utility.probes import require_labels
 
 
 @DEFENSES.register("cape", tags=("representation", "laplace", "adversarial"))
@@ -44,7 +46,7 @@ class CapeDefense:
       ``sensitivity=d`` for ``epsilon``-LDP per record.
 
     Training needs the private attribute: with ``lam > 0`` at least one training record must carry
-    ``attribute`` (else a :class:`~rapt_audit.errors.DataError` naming it). Records without a task
+    ``attribute`` (else a :class:`~rapt_audit.api.errors.DataError` naming it). Records without a task
     label contribute only the adversary loss and records without the attribute only the task loss,
     so CAPE can be trained on a mix of a labelled dataset and an attribute dataset (the Fig. 7
     script does this, because no dataset here has both). ``lam = 0`` trains no adversary.
@@ -89,8 +91,7 @@ class CapeDefense:
 
     def fit(self, train: Sequence[Record], *, ctx: RunContext) -> CapeDefense:
         """Train the projection, the task head (records with labels) and the adversary (records with the attribute)."""
-        from rapt_audit.adversarial import train_cape
-
+        from rapt_audit.defenses._adversarial import train_cape  # lazy (torch)
         train = list(train)
         if not train:
             raise DataError("cape: the training split is empty")
@@ -134,9 +135,7 @@ class CapeDefense:
 
     def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
         """Accuracy, macro-F1 and AUC of CAPE's own task head on the released test representations."""
-        import torch
-
-        from rapt_audit.models import one_thread
+        import torch  # lazy (torch)
 
         model = self._require_fit()
         y_test = require_labels(test, split="victim_test")

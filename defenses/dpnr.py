@@ -7,14 +7,15 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.errors import UsageError
-from rapt_audit.noise import check_epsilon
-from rapt_audit.plugins import DEFENSES
-from rapt_audit.representation import (cached_pooled, check_rate, check_sensitivity, classification_utility,
-                                       laplace_rows, minmax_rows, word_dropout)
-from rapt_audit.types import Estimate, Record, Release
-from rapt_audit.utility import require_labels
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.plugins import DEFENSES
+from rapt_audit.api.types import Estimate, Record, Release
+from rapt_audit.defenses._representation import check_rate, check_sensitivity, laplace_rows, minmax_rows, word_dropout
+from rapt_audit.encoder.encode import cached_pooled
+from rapt_audit.mechanisms.noise import check_epsilon
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.classification import classification_utility
+from rapt_audit.utility.probes import require_labels
 
 
 @DEFENSES.register("dpnr", tags=("representation", "laplace"))
@@ -100,8 +101,7 @@ class DpnrDefense:
 
     def fit(self, train: Sequence[Record], *, ctx: RunContext) -> DpnrDefense:
         """Train the task classifier on released victim-train vectors (when the records have labels)."""
-        from rapt_audit.adversarial import fit_classifier
-
+        from rapt_audit.defenses._adversarial import fit_classifier  # lazy (torch)
         self._train, self._classifier = tuple(train), None
         if not self._train or any(r.label is None for r in self._train):
             return self  # nothing to learn for utility (e.g. Trustpilot); utility() says so

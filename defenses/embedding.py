@@ -8,13 +8,14 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.noise import check_eta, dchi_noise
-from rapt_audit.plugins import DEFENSES
-from rapt_audit.calibration import ReplacementCount
-from rapt_audit.text_defense import uid_key
-from rapt_audit.types import Estimate, Record, Release
-from rapt_audit.utility import require_labels
+from rapt_audit.api.plugins import DEFENSES
+from rapt_audit.api.types import Estimate, Record, Release, uid_key
+from rapt_audit.encoder.encode import pooled_from_embeddings
+from rapt_audit.mechanisms.calibration import ReplacementCount
+from rapt_audit.mechanisms.engines import token_engine
+from rapt_audit.mechanisms.noise import check_eta, dchi_noise
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.utility.probes import probe_utility, require_labels
 
 
 @DEFENSES.register("embedding", tags=("embeddings", "dchi"))
@@ -42,8 +43,6 @@ class EmbeddingDefense:
 
     def noisy_embeddings(self, texts: Sequence[str], *, rng: np.random.Generator, ctx: RunContext) -> list[np.ndarray]:
         """One float32 ``(n_tokens, d)`` array of noisy embeddings per text."""
-        from rapt_audit.engines import token_engine
-
         engine = token_engine(ctx)
         per_text = engine.token_ids(texts)
         flat = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in per_text]) if per_text else np.zeros(0, np.int64)
@@ -55,8 +54,6 @@ class EmbeddingDefense:
     def replacement_count(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
                           ctx: RunContext) -> ReplacementCount:
         """How often the nearest vocabulary token of a noisy embedding differs from the original token."""
-        from rapt_audit.engines import token_engine
-
         engine = token_engine(ctx)
         flat = np.concatenate([np.asarray(i, dtype=np.int64) for i in engine.token_ids(texts)] or [np.zeros(0, np.int64)])
         rows = engine.privatize_ids(flat, eta=eta, rng=rng)
@@ -83,8 +80,6 @@ class EmbeddingDefense:
 
     def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
         """Probe accuracy on the encoder's pooled output of privatized train and test embeddings."""
-        from rapt_audit.encode import pooled_from_embeddings, probe_utility
-
         y_train = require_labels(self._train, split="victim_train")
         y_test = require_labels(test, split="victim_test")
         model = ctx.encoder()

@@ -7,11 +7,12 @@ from typing import ClassVar, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.plugins import DEFENSES
-from rapt_audit.pos import DEFAULT_CATEGORIES, TaggedWord, category_of, resolve_categories
-from rapt_audit.calibration import ReplacementCount
-from rapt_audit.text_defense import TextDefense
+from rapt_audit.api.plugins import DEFENSES
+from rapt_audit.defenses._text import TextDefense
+from rapt_audit.mechanisms.calibration import ReplacementCount
+from rapt_audit.mechanisms.engines import tagger, word_engine
+from rapt_audit.mechanisms.pos import DEFAULT_CATEGORIES, TaggedWord, category_of, resolve_categories, tag_texts
+from rapt_audit.pipeline.context import RunContext
 
 
 @DEFENSES.register("pct2t", tags=("text", "dchi", "pos"))
@@ -39,9 +40,6 @@ class PCT2TDefense(TextDefense):
     def privatize_words(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator, ctx: RunContext
                         ) -> tuple[list[list[TaggedWord]], list[list[str]], ReplacementCount]:
         """Tag ``texts`` and return, per text, the tagged words and the released word for each."""
-        from rapt_audit.engines import tagger, word_engine
-        from rapt_audit.pos import tag_texts
-
         tagged = tag_texts(tagger(ctx), texts)
         selected = set(self.categories)
         words, groups, where = [], [], []

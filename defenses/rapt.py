@@ -7,12 +7,14 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.customize import METHODS, PlainTokens, check_method
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.plugins import DEFENSES
+from rapt_audit.api.types import Record, Release
 from rapt_audit.defenses.pct2t import PCT2TDefense
-from rapt_audit.errors import UsageError
-from rapt_audit.plugins import DEFENSES
-from rapt_audit.types import Record, Release
+from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.mechanisms.engines import pos_groups, word_engine
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.utility.customize import METHODS, PlainTokens, check_method
 
 REC_VOCABULARIES = ("categories", "vocabulary")
 
@@ -80,9 +82,6 @@ class RAPTDefense(PCT2TDefense):
 
     def plain(self, ctx: RunContext) -> tuple[PlainTokens, list[str]]:
         """The plain tokens (with their reconstruction-vocabulary indices) and each one's POS category."""
-        from rapt_audit.engines import pos_groups
-        from rapt_audit.vocab import embedding_space
-
         if self._plain is None or len(self._plain.words) != self.plain_tokens:
             space = embedding_space(ctx)
             groups = pos_groups(ctx)
@@ -108,7 +107,6 @@ class RAPTDefense(PCT2TDefense):
         """Prepend each text's own PCT2T privatization of the plain tokens (fresh noise per text)."""
         if self.plain_tokens == 0 or not texts:
             return texts
-        from rapt_audit.engines import word_engine
 
         plain, categories = self.plain(ctx)
         m = len(plain.words)

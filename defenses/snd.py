@@ -8,12 +8,18 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.errors import DataError, UsageError
-from rapt_audit.metrics import metric
-from rapt_audit.noise import check_eta
-from rapt_audit.plugins import DEFENSES
-from rapt_audit.types import Estimate, Record, Release
+from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.plugins import DEFENSES
+from rapt_audit.api.types import Estimate, Record, Release, uid_key
+from rapt_audit.data import load_dataset
+from rapt_audit.encoder.encode import cached_pooled, input_table, pooled_from_embeddings, token_id_lists
+from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.mechanisms.noise import check_eta
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.classification import classification_utility
+from rapt_audit.scoring.metrics import metric
+from rapt_audit.scoring.stats import bootstrap_mean
+from rapt_audit.utility.probes import require_labels
 
 metric("embedding_mse", "utility", False, "mean squared error of the output embedding to the clean one", bounded=False)
 metric("embedding_cosine", "utility", True, "cosine similarity of the output embedding to the clean one",
@@ -96,23 +102,18 @@ class SndDefense:
         """``C`` = the largest input-embedding norm over the regular vocabulary (None when clipping is off)."""
         if not self.clip:
             return None
-        from rapt_audit.vocab import embedding_space
 
         return ctx.shared(("snd_clip_bound", ctx.model), lambda: float(
             np.sqrt(np.einsum("ij,ij->i", embedding_space(ctx).vectors, embedding_space(ctx).vectors)).max()))
 
     def exchange(self, records: Sequence[Record], *, ctx: RunContext, stream: str = "release",
                  draw: int = 0) -> Any:
-        """Upload, kept noise and server output for ``records`` (a :class:`~rapt_audit.denoiser.DenoiseBatch`).
+        """Upload, kept noise and server output for ``records`` (a :class:`~rapt_audit.defenses._denoiser.DenoiseBatch`).
 
         Noise is drawn per record from a generator keyed by ``stream``, the uid and ``draw`` (not by
         η: a sweep reuses the same underlying draws, scaled). Memoised per run.
         """
-        from rapt_audit.denoiser import DenoiseBatch, privatize_tokens
-        from rapt_audit.encode import pooled_from_embeddings
-        from rapt_audit.representation import input_table, token_id_lists
-        from rapt_audit.text_defense import uid_key
-
+        from rapt_audit.defenses._denoiser import DenoiseBatch, privatize_tokens  # lazy (torch)
         records = list(records)
 
         def build() -> DenoiseBatch:
@@ -141,8 +142,6 @@ class SndDefense:
 
     def public_records(self, ctx: RunContext, victim: Sequence[Record]) -> list[Record]:
         """A seeded sample of ``public_size`` public sentences (>= 3 words), disjoint from the victim data."""
-        from rapt_audit.data import load_dataset
-
         dataset = load_dataset(self.public_corpus, ctx.data_dir)
         victim_uids = {r.uid for r in victim}
         pool = [r for r in dataset.records if len(r.text.split()) >= 3]
@@ -157,10 +156,8 @@ class SndDefense:
         return [pool[i] for i in sorted(pick)]
 
     def denoiser(self, ctx: RunContext, victim: Sequence[Record] = ()) -> Any:
-        """The trained :class:`~rapt_audit.denoiser.DenoiserFit` for this η (trained once per run)."""
-        from rapt_audit.denoiser import DenoiseBatch, subset, train_denoiser
-        from rapt_audit.representation import cached_pooled
-
+        """The trained :class:`~rapt_audit.defenses._denoiser.DenoiserFit` for this η (trained once per run)."""
+        from rapt_audit.defenses._denoiser import DenoiseBatch, subset, train_denoiser  # lazy (torch)
         def build() -> Any:
             public = self.public_records(ctx, victim)
             clean = cached_pooled(ctx, public, tag="clean")
@@ -186,8 +183,7 @@ class SndDefense:
 
     def denoised(self, records: Sequence[Record], *, ctx: RunContext) -> np.ndarray:
         """The client's denoised embeddings ``e_d`` for ``records`` (``e_n`` itself when η = inf)."""
-        from rapt_audit.denoiser import denoise
-
+        from rapt_audit.defenses._denoiser import denoise  # lazy (torch)
         batch = self.exchange(records, ctx=ctx)
         if math.isinf(self.eta):
             return batch.output
@@ -203,12 +199,8 @@ class SndDefense:
 
     def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
         """MLP accuracy / macro-F1 / AUC with and without the denoiser, and MSE / cosine to the clean embedding."""
-        from rapt_audit.adversarial import fit_classifier
-        from rapt_audit.denoiser import cosine_rows, mse_rows
-        from rapt_audit.representation import cached_pooled, classification_utility
-        from rapt_audit.stats import bootstrap_mean
-        from rapt_audit.utility import require_labels
-
+        from rapt_audit.defenses._adversarial import fit_classifier  # lazy (torch)
+        from rapt_audit.defenses._denoiser import cosine_rows, mse_rows  # lazy (torch)
         y_train = require_labels(self._train, split="victim_train")
         y_test = require_labels(test, split="victim_test")
         rng = ctx.rng("utility", self.name)

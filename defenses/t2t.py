@@ -7,11 +7,12 @@ from typing import ClassVar, Literal, Sequence
 
 import numpy as np
 
-from rapt_audit.context import RunContext
-from rapt_audit.plugins import DEFENSES
-from rapt_audit.calibration import ReplacementCount
-from rapt_audit.privatize import check_unk_policy
-from rapt_audit.text_defense import TextDefense
+from rapt_audit.api.plugins import DEFENSES
+from rapt_audit.defenses._text import TextDefense
+from rapt_audit.mechanisms.calibration import ReplacementCount
+from rapt_audit.mechanisms.engines import tagger, token_engine, word_engine
+from rapt_audit.mechanisms.privatize import check_unk_policy
+from rapt_audit.pipeline.context import RunContext
 
 
 @DEFENSES.register("t2t", tags=("text", "dchi"))
@@ -23,7 +24,7 @@ class T2TDefense(TextDefense):
     regular vocabulary entry. ``unit="token"`` (default, as Qu et al.) privatizes every WordPiece
     token; ``unit="word"`` privatizes every word, represented by the mean of its sub-token
     embeddings and decoded among whole-word tokens. Unknown input follows ``unk_policy`` (see
-    :mod:`rapt_audit.privatize`). The number of units is released as is (length is not protected).
+    :mod:`rapt_audit.mechanisms.privatize`). The number of units is released as is (length is not protected).
     """
 
     name: ClassVar[str] = "t2t"
@@ -37,8 +38,6 @@ class T2TDefense(TextDefense):
     def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
                   ctx: RunContext) -> tuple[list[str], ReplacementCount]:
         """Privatize each text token by token (or word by word)."""
-        from rapt_audit.engines import tagger, token_engine, word_engine
-
         if self.unit == "token":
             out, _, count = token_engine(ctx).privatize_texts(texts, eta=eta, rng=rng, unk_policy=self.unk_policy)
             return out, count

@@ -4,23 +4,16 @@ The public API is small and cheap to import (no torch until a plugin needs it)::
 
     from rapt_audit import RunConfig, run
     result = run(RunConfig(defense="identity", attacks="all", dataset="synthetic", profile="smoke"))
+
+The package is layered (see ARCHITECTURE.md); this module only re-exports the public names.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from rapt_audit.config import RunConfig, build_config  # noqa: E402
-from rapt_audit.types import (Attack, AttackerData, AttackResult, Defense, Estimate, Record,  # noqa: E402
-                              Release, Skip, Span)
-
-
-def run(config: RunConfig, **kwargs):  # noqa: ANN001, ANN201 - thin lazy wrapper
-    """Run one audit (see :func:`rapt_audit.runner.run`)."""
-    from rapt_audit.runner import run as _run
-
-    return _run(config, **kwargs)
-
+from rapt_audit.api.types import Attack, AttackerData, AttackResult, Defense, Estimate, Record, Release, Skip, Span
+from rapt_audit.api.version import __version__
+from rapt_audit.pipeline.config import RunConfig, build_config
+from rapt_audit.pipeline.runner import run
 
 __all__ = ["Attack", "AttackResult", "AttackerData", "Defense", "Estimate", "Record", "Release", "RunConfig",
            "Skip", "Span", "__version__", "build_config", "run"]

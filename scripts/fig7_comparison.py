@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -90,7 +89,7 @@ def fixed_from(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def build(registry: Any, name: str, profile: str, args: dict[str, Any]) -> Any:
     """A plugin with its profile overrides, then ``args``."""
-    from rapt_audit.params import make_plugin
+    from rapt_audit.api.params import make_plugin
 
     return make_plugin(registry, name, {**dict(getattr(registry.get(name), "profiles", {}).get(profile, {})), **args})
 
@@ -102,7 +101,7 @@ def measure(name: str, param: str, value: float, *, data: dict[str, Any], ctx: A
     ``privacy_only`` skips fitting and utility (for defenses whose release needs no fit, such as
     SnD, whose utility is measured by scripts/snd_utility.py); such rows are tabled, not plotted.
     """
-    from rapt_audit.plugins import ATTACKS, DEFENSES
+    from rapt_audit.api.plugins import ATTACKS, DEFENSES
 
     t0 = time.perf_counter()
     defense = build(DEFENSES, name, profile, {**fixed, param: value})
@@ -216,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(1)
-        from rapt_audit.context import RunContext
+        from rapt_audit.api.plugins import DEFENSES, load
         from rapt_audit.data import SplitSizes, load_dataset, make_splits
-        from rapt_audit.plugins import DEFENSES, load
+        from rapt_audit.pipeline.context import RunContext
 
         load()
         tp_sizes = [int(v) for v in args.tp.split(",")]

@@ -2,7 +2,7 @@
 """Split-and-Denoise on SST-2: utility with and without the denoiser, next to token-embedding
 privatization (``embedding``) at the same η, and the token-level attacks on SnD's upload.
 
-Each (defense, η) is one ordinary ``rapt_audit.runner.run`` on SST-2 (so the numbers are exactly
+Each (defense, η) is one ordinary ``rapt_audit.pipeline.runner.run`` on SST-2 (so the numbers are exactly
 what ``rapt-audit run`` reports), written under ``--out`` (git-ignored ``runs/``); the markdown table
 is rendered from those result files into ``--report``:
 
@@ -102,14 +102,14 @@ def clipping_aware_nn(config: Any) -> dict[str, Any]:
     """
     import numpy as np
 
-    from rapt_audit.config import profile_split_sizes
-    from rapt_audit.context import RunContext
+    from rapt_audit.api.params import make_plugin
+    from rapt_audit.api.plugins import DEFENSES, load
     from rapt_audit.data import SplitSizes, load_dataset, make_splits
-    from rapt_audit.params import make_plugin
-    from rapt_audit.plugins import DEFENSES, load
-    from rapt_audit.representation import token_id_lists
-    from rapt_audit.stats import bootstrap_mean
-    from rapt_audit.vocab import embedding_space
+    from rapt_audit.encoder.encode import token_id_lists
+    from rapt_audit.encoder.vocab import embedding_space
+    from rapt_audit.pipeline.config import profile_split_sizes
+    from rapt_audit.pipeline.context import RunContext
+    from rapt_audit.scoring.stats import bootstrap_mean
 
     load()
     ctx = RunContext(seed=config.seed, profile=config.profile, device="cpu", data_dir=config.data_dir)
@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(1)
-        from rapt_audit.config import RunConfig
-        from rapt_audit.runner import run
+        from rapt_audit.pipeline.config import RunConfig
+        from rapt_audit.pipeline.runner import run
 
         sizes = dict(zip(("victim_train", "victim_test", "attacker_train", "attacker_valid"),
                          (int(v) for v in args.sizes.split(","))))

@@ -28,8 +28,8 @@ DEFAULT_TARGETS = (0.45, 0.14)
 
 def calibrate(targets: list[float], data_dir: str, cache: str) -> dict[float, float]:
     """η per target T2T replacement probability, found on public text (never the victim's data)."""
-    from rapt_audit.context import RunContext
     from rapt_audit.defenses.t2t import T2TDefense
+    from rapt_audit.pipeline.context import RunContext
 
     out = {}
     for target in targets:
@@ -82,10 +82,10 @@ def run_cell(args: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from rapt_audit.context import RunContext
+    from rapt_audit.api.params import make_plugin
+    from rapt_audit.api.plugins import DEFENSES, load
     from rapt_audit.data import SplitSizes, load_dataset, make_splits
-    from rapt_audit.params import make_plugin
-    from rapt_audit.plugins import DEFENSES, load
+    from rapt_audit.pipeline.context import RunContext
 
     load()
     ctx = RunContext(seed=cell["seed"], profile="cpu", device="cpu", cache_dir=Path(opts["cache"]),
@@ -107,8 +107,8 @@ def run_cell(args: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
 
 def summarize(rows: list[dict[str, Any]]) -> str:
     """A markdown table: mean accuracy over seeds with a 95% t-interval, and the per-seed values."""
-    from rapt_audit.stats import seed_summary
-    from rapt_audit.types import Estimate
+    from rapt_audit.api.types import Estimate
+    from rapt_audit.scoring.stats import seed_summary
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
@@ -135,8 +135,8 @@ COMPARISONS = (("PCT2T − T2T", "pct2t", "t2t"), ("RAPT − PCT2T", "rapt", "pc
 
 def paired_differences(rows: list[dict[str, Any]]) -> str:
     """Per-seed accuracy differences between variants on the same split, with a t-interval over seeds."""
-    from rapt_audit.stats import seed_summary
-    from rapt_audit.types import Estimate
+    from rapt_audit.api.types import Estimate
+    from rapt_audit.scoring.stats import seed_summary
 
     accuracy = {(r["method"], r["eta_label"], r["variant"], r["seed"]): r["utility"]["accuracy"]["value"] for r in rows}
     settings = sorted({(r["method"], r["eta_label"]) for r in rows})

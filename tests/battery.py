@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 from scipy import special  # not scipy.stats: its import alone costs ~2 s on the 2-core CI machines
 
-from rapt_audit.noise import dchi_noise
+from rapt_audit.mechanisms.noise import dchi_noise
 
 #: Per-test false-alarm level (OpenDP); with fixed seeds a neutral refactor flips a test w.p. <= 1e-6.
 ALPHA = 1e-6

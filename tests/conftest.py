@@ -36,7 +36,7 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 @pytest.fixture
 def ctx(tmp_path: Path):
     """A smoke-profile run context on CPU."""
-    from rapt_audit.context import RunContext
+    from rapt_audit.pipeline.context import RunContext
 
     return RunContext(seed=7, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
 

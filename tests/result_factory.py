@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Mapping
 
-from rapt_audit.results import SYNTHETIC_WARNING, RunResult, write_result
-from rapt_audit.types import AttackResult, Estimate
+from rapt_audit.api.types import AttackResult, Estimate
+from rapt_audit.pipeline.results import SYNTHETIC_WARNING, RunResult, write_result
 
 SIG_A = "data:sst2@aaaaaaaa|splits:200/100/200/100|model:minilm@53aa5117|profile:smoke|attacks:11111111|v:0.1"
 SIG_B = "data:sst2@aaaaaaaa|splits:200/100/200/100|model:minilm@53aa5117|profile:smoke|attacks:22222222|v:0.1"

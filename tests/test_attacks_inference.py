@@ -14,11 +14,11 @@ import pytest
 
 import rapt_audit.attacks.attribute as attribute
 import rapt_audit.attacks.ner as ner
-from rapt_audit.context import RunContext
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.types import AttackerData, Record, Release, Skip, Span
+from rapt_audit.attacks._ner_tags import iob_labels, spans_to_tags, tags_to_entities, tags_to_spans, tokenize_words
 from rapt_audit.data import SplitSizes, load_dataset, make_splits
-from rapt_audit.errors import DataError
-from rapt_audit.ner_tags import iob_labels, spans_to_tags, tags_to_entities, tags_to_spans, tokenize_words
-from rapt_audit.types import AttackerData, Record, Release, Skip, Span
+from rapt_audit.pipeline.context import RunContext
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -26,11 +26,11 @@ import rapt_audit.attacks.ae_inversion  # noqa: F401 - registers the attacks
 import rapt_audit.attacks.mlp_inversion  # noqa: F401
 import rapt_audit.attacks.mutual_info  # noqa: F401
 import rapt_audit.attacks.whitebox  # noqa: F401
-from rapt_audit.context import RunContext
-from rapt_audit.errors import DataError
-from rapt_audit.params import make_plugin
-from rapt_audit.plugins import ATTACKS, DEFENSES, load
-from rapt_audit.types import AttackerData, Estimate, Release, Skip
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.params import make_plugin
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
+from rapt_audit.api.types import AttackerData, Estimate, Release, Skip
+from rapt_audit.pipeline.context import RunContext
 
 load()
 
@@ -128,7 +128,7 @@ def test_embedding_whitebox_matches_replacement_probability(mctx, splits, releas
     # token is not a replacement: the same event, drawn with independent noise. So the recovery
     # must equal 1 - replacement within the two intervals (a per-coordinate noise bug, or a
     # search over a different table, would break this at mid-range replacement probabilities).
-    from rapt_audit.stats import wilson
+    from rapt_audit.scoring.stats import wilson
 
     defense, _ = released("embedding", eta)
     texts = [r.text for r in splits.victim_test]
@@ -286,13 +286,13 @@ def test_plugin_modules_do_not_import_torch():
 def test_sst2_embedding_whitebox_tracks_replacement(data_dir, mctx):
     # Real data (skipped without RAPT_AUDIT_DATA): the same-event check on SST-2 sentences.
     from rapt_audit.data import SplitSizes, load_dataset, make_splits
-    from rapt_audit.stats import wilson
+    from rapt_audit.scoring.stats import wilson
 
     splits = make_splits(load_dataset("sst2", data_dir), SplitSizes(10, 150, 30, 10), seed=4)
     defense = make_plugin(DEFENSES, "embedding", {"eta": 100.0}).fit(splits.victim_train, ctx=mctx)
     release = defense.release(splits.victim_test, ctx=mctx)
     recovered = run_attack("whitebox", defense, release, splits, mctx).metrics["token_accuracy"]
-    from rapt_audit.engines import token_engine
+    from rapt_audit.mechanisms.engines import token_engine
 
     engine = token_engine(mctx)
     texts = [r.text for r in splits.victim_test]
@@ -309,8 +309,8 @@ def test_whitebox_undoes_norm_clipping_before_searching(ctx):
     searching with the clipped vectors recovers far fewer tokens than the unclipped ones would.
     """
     from rapt_audit.attacks.whitebox import undo_norm_clipping
-    from rapt_audit.noise import dchi_noise
-    from rapt_audit.vocab import embedding_space
+    from rapt_audit.encoder.vocab import embedding_space
+    from rapt_audit.mechanisms.noise import dchi_noise
 
     vocabulary = embedding_space(ctx).vectors.astype(np.float32)
     rng = np.random.default_rng(0)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rapt_audit.check import BASELINE_SCHEMA, compare_estimates, read_baseline, standard_error
+from rapt_audit.api.types import Estimate
 from rapt_audit.cli import main
-from rapt_audit.types import Estimate
+from rapt_audit.reporting.check import BASELINE_SCHEMA, compare_estimates, read_baseline, standard_error
 
 ROOT = Path(__file__).resolve().parent.parent
 # A tiny real audit: t2t at eta=75 on the synthetic corpus, two cheap attacks.
@@ -135,7 +135,7 @@ def test_committed_ci_baseline_is_readable_and_gates_both_defenses():
 
 def test_gate_fails_when_the_defense_really_gets_weaker(gated, tmp_path, monkeypatch, capsys):
     """Not an edited file: the same configuration run with a mechanism that adds a third of the noise."""
-    from rapt_audit.text_defense import TextDefense
+    from rapt_audit.defenses._text import TextDefense
 
     monkeypatch.setattr(TextDefense, "effective_eta", lambda self, ctx: self.eta * 3)
     _, baseline = gated

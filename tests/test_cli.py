@@ -123,7 +123,7 @@ def test_all_attacks_end_to_end_on_real_sst2(tmp_path, data_dir):
     assert main(["run", "--defense", "identity", "--attacks", "all", "--dataset", "sst2", "--profile", "smoke",
                  "--data-dir", str(data_dir), "--out", str(out), "--quiet"]) == 0
     doc = _result(out)
-    from rapt_audit.plugins import ATTACKS
+    from rapt_audit.api.plugins import ATTACKS
 
     assert set(doc["attacks"]) == set(ATTACKS.select("all"))
     for name, outcome in doc["attacks"].items():

@@ -8,10 +8,10 @@ from typing import ClassVar
 
 import pytest
 
-from rapt_audit.config import build_config, parse_set, profile_split_sizes
-from rapt_audit.errors import UnknownNameError, UsageError
-from rapt_audit.params import coerce, get_params, make_plugin
-from rapt_audit.registry import Registry
+from rapt_audit.api.errors import UnknownNameError, UsageError
+from rapt_audit.api.params import coerce, get_params, make_plugin
+from rapt_audit.api.registry import Registry
+from rapt_audit.pipeline.config import build_config, parse_set, profile_split_sizes
 
 
 def test_precedence_defaults_file_cli_set(tmp_path):

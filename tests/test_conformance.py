@@ -12,10 +12,10 @@ import math
 
 import pytest
 
-from rapt_audit.metrics import METRICS
-from rapt_audit.params import make_plugin
-from rapt_audit.plugins import ATTACKS, DEFENSES, load
-from rapt_audit.types import RELEASE_KINDS, AttackResult, Estimate, Release
+from rapt_audit.api.params import make_plugin
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
+from rapt_audit.api.types import RELEASE_KINDS, AttackResult, Estimate, Release
+from rapt_audit.scoring.metrics import METRICS
 
 load()
 
@@ -34,8 +34,8 @@ def _check_estimate(name: str, est: Estimate) -> None:
 
 def _missing_public_corpus(defense) -> str | None:
     """Why a defense that trains on a named public corpus (SnD: WikiText-2) cannot run here, if it cannot."""
+    from rapt_audit.api.errors import DataError
     from rapt_audit.data import load_dataset
-    from rapt_audit.errors import DataError
 
     corpus = getattr(defense, "public_corpus", None)
     if not isinstance(corpus, str):

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from rapt_audit.api.errors import DataError, UnknownNameError
 from rapt_audit.data import DATASETS, Dataset, SplitSizes, assert_disjoint, load_dataset, make_splits
 from rapt_audit.data import synthetic as synthetic_module
 from rapt_audit.data.base import fingerprint_files
 from rapt_audit.data.trustpilot import equal_frequency_bins, load_tp_uk_jsonl, rapt_age_bin
-from rapt_audit.errors import DataError, UnknownNameError
 
 REAL = ("sst2", "qqp", "trustpilot", "trustpilot_uk", "conll2003", "blogs", "wikitext2")
 FIRST_FILE = {"sst2": "sst2/train.tsv", "qqp": "qqp/dev.tsv", "trustpilot": "trustpilot/tp_us_hovy2020/train.csv",

@@ -7,7 +7,7 @@ import sys
 
 
 def test_import_and_ls_do_not_load_heavy_libraries():
-    code = ("import sys, rapt_audit, rapt_audit.plugins as p; p.load(); "
+    code = ("import sys, rapt_audit, rapt_audit.api.plugins as p; p.load(); "
             "from rapt_audit.cli import main; main(['ls']); "
             "heavy = [m for m in ('torch', 'transformers', 'spacy', 'peft', 'sklearn') if m in sys.modules]; "
             "assert not heavy, heavy")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rapt_audit.cli import main
-from rapt_audit.results import write_result
+from rapt_audit.pipeline.results import write_result
 from tests.result_factory import SIG_A, SIG_B, fake_result, t2t_sweep
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from rapt_audit.context import RunContext
-from rapt_audit.errors import DataError, UnknownNameError, UsageError
-from rapt_audit.params import make_plugin
-from rapt_audit.plugins import DEFENSES, load
-from rapt_audit.types import Record
+from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
+from rapt_audit.api.params import make_plugin
+from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.api.types import Record
+from rapt_audit.pipeline.context import RunContext
 
 load()
 
@@ -57,7 +57,7 @@ def test_replacement_falls_with_eta_and_is_zero_at_infinity(name, mctx):
 
 
 def test_t2t_never_emits_special_tokens(mctx):
-    from rapt_audit.engines import token_engine
+    from rapt_audit.mechanisms.engines import token_engine
 
     engine = token_engine(mctx)
     texts = ["[CLS] hello [SEP] [MASK] world [PAD] 🎉 ☃ naïve"] * 20
@@ -70,7 +70,7 @@ def test_t2t_never_emits_special_tokens(mctx):
 
 
 def test_unknown_input_policies(mctx):
-    from rapt_audit.engines import token_engine
+    from rapt_audit.mechanisms.engines import token_engine
 
     engine = token_engine(mctx)
     text = ["party 🎉 time"]
@@ -93,9 +93,9 @@ def test_empty_text_gives_empty_release(mctx):
 
 
 def test_pct2t_keeps_categories_and_leaves_other_words_alone(mctx):
-    from rapt_audit.engines import pos_groups
-    from rapt_audit.pos import category_of
-    from rapt_audit.vocab import embedding_space
+    from rapt_audit.encoder.vocab import embedding_space
+    from rapt_audit.mechanisms.engines import pos_groups
+    from rapt_audit.mechanisms.pos import category_of
 
     defense = _defense("pct2t", categories="noun,verb")
     tagged, released, count = defense.privatize_words(SENTENCES, eta=50.0, rng=np.random.default_rng(4), ctx=mctx)
@@ -142,7 +142,7 @@ def test_replacement_target_is_met(mctx):
     defense = _defense("t2t", replacement=0.5)
     eta = defense.effective_eta(mctx)
     assert 30 < eta < 400
-    from rapt_audit.text_defense import public_corpus
+    from rapt_audit.data.public import public_corpus
 
     _, texts = public_corpus(mctx)
     check = defense.replacement_count(texts, eta=eta, rng=np.random.default_rng(99), ctx=mctx)

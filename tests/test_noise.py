@@ -1,4 +1,4 @@
-"""Tests of ``rapt_audit.noise``: the statistical battery, the tests of the tests, RNG hygiene, bad inputs.
+"""Tests of ``rapt_audit.mechanisms.noise``: the statistical battery, the tests of the tests, RNG hygiene, bad inputs.
 
 Sample sizes (research notes ``dp_testing_and_auditing.md`` §5.2, re-measured on 2 cores):
 
@@ -31,8 +31,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rapt_audit.errors import PrivacyParameterError
-from rapt_audit.noise import (
+from rapt_audit.api.errors import PrivacyParameterError
+from rapt_audit.mechanisms.noise import (
     check_epsilon,
     check_eta,
     check_privacy_parameter,

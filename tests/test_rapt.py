@@ -11,12 +11,19 @@ import math
 import numpy as np
 import pytest
 
-from rapt_audit.customize import (METHODS, PlainTokens, TrainSettings, build_task_model, encode, resolve_settings,
-                                  train_classifier)
-from rapt_audit.errors import DataError, UnknownNameError, UsageError
-from rapt_audit.models import load_model
-from rapt_audit.params import make_plugin
-from rapt_audit.plugins import DEFENSES, load
+from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
+from rapt_audit.api.params import make_plugin
+from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.encoder.models import load_model
+from rapt_audit.utility.customize import (
+    METHODS,
+    PlainTokens,
+    TrainSettings,
+    build_task_model,
+    encode,
+    resolve_settings,
+    train_classifier,
+)
 
 load()
 
@@ -191,7 +198,7 @@ def test_missing_labels_are_a_clear_error(ctx, synthetic_splits):
 
 def test_attacks_read_the_text_after_the_plain_tokens(ctx, synthetic_splits):
     """At η = ∞ the white-box attacker recovers RAPT's user text exactly as it recovers PCT2T's."""
-    from rapt_audit.plugins import ATTACKS
+    from rapt_audit.api.plugins import ATTACKS
 
     records = synthetic_splits.victim_test[:20]
     outcomes = {}
@@ -204,7 +211,7 @@ def test_attacks_read_the_text_after_the_plain_tokens(ctx, synthetic_splits):
 
 @pytest.mark.gpu
 def test_rapt_trains_on_cuda(synthetic_splits, tmp_path):
-    from rapt_audit.context import RunContext
+    from rapt_audit.pipeline.context import RunContext
 
     ctx = RunContext(seed=0, profile="smoke", device="cuda", cache_dir=tmp_path)
     defense = make_plugin(DEFENSES, "rapt", {"eta": 100.0, "method": "lora"}).fit(synthetic_splits.victim_train, ctx=ctx)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rapt_audit.errors import UnknownNameError, UsageError
-from rapt_audit.registry import Registry
+from rapt_audit.api.errors import UnknownNameError, UsageError
+from rapt_audit.api.registry import Registry
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_duplicate_registration_is_refused(registry):
 
 
 def test_builtin_plugins_are_registered():
-    from rapt_audit.plugins import ATTACKS, DEFENSES, load
+    from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 
     load()
     assert "identity" in DEFENSES and "random_guess" in ATTACKS
@@ -63,7 +63,7 @@ def test_entry_point_plugins_are_discovered(monkeypatch):
     """Third-party plugins arrive through the rapt_audit.defenses / rapt_audit.attacks groups."""
     from dataclasses import dataclass
 
-    import rapt_audit.plugins as plugins
+    import rapt_audit.api.plugins as plugins
 
     @dataclass
     class ThirdPartyDefense:
@@ -86,7 +86,7 @@ def test_entry_point_plugins_are_discovered(monkeypatch):
 
 
 def test_broken_entry_point_names_the_plugin(monkeypatch):
-    import rapt_audit.plugins as plugins
+    import rapt_audit.api.plugins as plugins
 
     class Broken:
         name, value = "broken", "pkg.mod:Missing"

@@ -11,10 +11,9 @@ from html.parser import HTMLParser
 import pytest
 
 from rapt_audit.cli import main
-from rapt_audit.pareto import Point, dominates, pareto_front
-from rapt_audit.results import write_result
+from rapt_audit.pipeline.results import write_result
+from rapt_audit.reporting.pareto import Point, dominates, pareto_front
 from tests.result_factory import SIG_B, fake_result, t2t_sweep
-
 
 # ---------------------------------------------------------------- Pareto frontier on hand-made points
 
@@ -86,7 +85,7 @@ def _assert_self_contained(html: str) -> None:
 @pytest.fixture
 def rendered(tmp_path, monkeypatch):
     """A report of a stored η sweep plus a seed-0/1 pair, written without running anything."""
-    from rapt_audit import runner
+    from rapt_audit.pipeline import runner
 
     def no_run(*_a, **_k):
         raise AssertionError("the report must not run anything")
@@ -134,9 +133,9 @@ def test_report_renders_stored_results(rendered):
 
 def test_pareto_figure_marks_the_frontier(tmp_path):
     """η=125 is dominated by η=75 (less utility, less privacy); every other t2t setting is optimal."""
-    from rapt_audit.collect import collect
-    from rapt_audit.figures import pareto_points
-    from rapt_audit.summary import group_results
+    from rapt_audit.reporting.collect import collect
+    from rapt_audit.reporting.figures import pareto_points
+    from rapt_audit.reporting.summary import group_results
 
     group = group_results(collect([t2t_sweep(tmp_path / "r")]).results)[0]
     points = pareto_points(group, "whitebox", "accuracy")

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rapt_audit.context import RunContext
-from rapt_audit.errors import DataError, PrivacyParameterError
-from rapt_audit.params import make_plugin
-from rapt_audit.plugins import DEFENSES, load
-from rapt_audit.representation import laplace_rows, minmax_rows
-from rapt_audit.types import Record
+from rapt_audit.api.errors import DataError, PrivacyParameterError
+from rapt_audit.api.params import make_plugin
+from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.api.types import Record
+from rapt_audit.defenses._representation import laplace_rows, minmax_rows
+from rapt_audit.pipeline.context import RunContext
 
 load()
 
@@ -64,7 +64,7 @@ def test_minmax_rows_maps_each_row_to_unit_interval():
 def test_gradient_reversal_multiplies_the_gradient_by_minus_lambda():
     import torch
 
-    from rapt_audit.adversarial import reverse_gradient
+    from rapt_audit.defenses._adversarial import reverse_gradient
 
     x = torch.randn(4, 3, requires_grad=True)
     out = reverse_gradient(x, 1.5)
@@ -77,7 +77,7 @@ def test_cape_adversary_pushes_the_client_projection_away_from_the_attribute():
     """With lam > 0 the projected representation leaks less of the attribute to a fresh probe."""
     from sklearn.linear_model import LogisticRegression
 
-    from rapt_audit.adversarial import train_cape
+    from rapt_audit.defenses._adversarial import train_cape
 
     rng = np.random.default_rng(0)
     n, d = 800, 16
@@ -145,7 +145,7 @@ def test_dpnr_seeds_reproduce_and_differ(ctx, synthetic_splits):
 
 
 def test_snd_clipping_bounds_every_norm_and_keeps_the_clipped_noise():
-    from rapt_audit.denoiser import privatize_tokens
+    from rapt_audit.defenses._denoiser import privatize_tokens
 
     rng = np.random.default_rng(0)
     clean = rng.normal(size=(500, 32)).astype(np.float32) * 0.1  # norms ~0.57, all inside the bound
@@ -173,9 +173,9 @@ def test_snd_release_is_clipped_to_the_vocabulary_bound(ctx, synthetic_splits, d
 @pytest.mark.slow  # ~40 s on 2 CPU cores: encodes 600 public sentences and trains a small transformer
 def test_snd_denoiser_lowers_mse_on_held_out_public_text(tmp_path, data_dir):
     from rapt_audit.data import load_dataset
-    from rapt_audit.denoiser import denoise, mse_rows
-    from rapt_audit.representation import cached_pooled
-    from rapt_audit.stats import bootstrap_mean
+    from rapt_audit.defenses._denoiser import denoise, mse_rows
+    from rapt_audit.encoder.encode import cached_pooled
+    from rapt_audit.scoring.stats import bootstrap_mean
 
     ctx = RunContext(seed=5, profile="smoke", cache_dir=tmp_path)
     defense = _defense("snd", eta=200.0, public_size=300, denoiser_epochs=6, d_model=64, d_ff=128)

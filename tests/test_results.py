@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from rapt_audit.errors import ResultError
-from rapt_audit.results import SCHEMA, RunResult, read_result, write_result
-from rapt_audit.stats import bootstrap_mean, wilson
-from rapt_audit.types import AttackResult, Estimate
+from rapt_audit.api.errors import ResultError
+from rapt_audit.api.types import AttackResult, Estimate
+from rapt_audit.pipeline.results import SCHEMA, RunResult, read_result, write_result
+from rapt_audit.scoring.stats import bootstrap_mean, wilson
 
 
 def _result() -> RunResult:

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rapt_audit import sweep
+from rapt_audit.api.errors import UsageError
 from rapt_audit.cli import main
-from rapt_audit.errors import UsageError
+from rapt_audit.pipeline import sweep
 
 TINY = ["--set", "data.victim_train=60", "--set", "data.victim_test=40", "--set", "data.attacker_train=60",
         "--set", "data.attacker_valid=30"]
@@ -62,7 +62,7 @@ def test_bad_value_fails_before_any_cell_runs(tmp_path, capsys):
 
 def test_sweep_writes_one_result_per_cell_and_resumes_after_interrupt(tmp_path, monkeypatch, capsys):
     """Ctrl-C in the second cell keeps the first; running the same command again reuses it."""
-    from rapt_audit import runner
+    from rapt_audit.pipeline import runner
 
     out = tmp_path / "seeds"
     argv = RUN + ["--sweep", "seed=0,1,2", "--out", str(out)]

@@ -12,16 +12,16 @@ import warnings
 import numpy as np
 import pytest
 
-from rapt_audit.nn_search import NearestNeighbourIndex, exact_nearest, nearest_index
+from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex, exact_nearest, nearest_index
 
 SPECIALS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")
 ETAS = (25, 75, 125, 175)
 
 
 def dchi(n: int, d: int, eta: float, rng: np.random.Generator) -> np.ndarray:
-    """dχ noise: Gamma(d, 1/eta) radius times a uniform direction (rapt_audit.noise when present)."""
+    """dχ noise: Gamma(d, 1/eta) radius times a uniform direction (rapt_audit.mechanisms.noise when present)."""
     try:
-        from rapt_audit.noise import dchi_noise
+        from rapt_audit.mechanisms.noise import dchi_noise
     except ImportError:  # pragma: no cover - the module is written concurrently
         g = rng.standard_normal((n, d))
         return (g / np.linalg.norm(g, axis=1, keepdims=True) * rng.gamma(d, 1.0 / eta, size=(n, 1))).astype(np.float32)
@@ -30,7 +30,7 @@ def dchi(n: int, d: int, eta: float, rng: np.random.Generator) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def minilm():
-    from rapt_audit.models import load_model
+    from rapt_audit.encoder.models import load_model
 
     return load_model("minilm")
 
@@ -42,7 +42,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def space(minilm, cache_dir):
-    from rapt_audit.vocab import load_embedding_space
+    from rapt_audit.encoder.vocab import load_embedding_space
 
     return load_embedding_space(minilm, cache_dir=cache_dir)  # cold: builds and writes the cache
 
@@ -107,7 +107,7 @@ def test_arrays_are_read_only(space):
 
 
 def test_cache_round_trip(space, minilm, cache_dir, monkeypatch):
-    from rapt_audit import vocab
+    from rapt_audit.encoder import vocab
 
     files = sorted(p.name for p in (cache_dir / "embeddings" / minilm.fingerprint[:16]).iterdir())
     assert files == [f"space-v{vocab.FORMAT_VERSION}.json", f"space-v{vocab.FORMAT_VERSION}.npz"]
@@ -126,7 +126,7 @@ def test_cache_round_trip(space, minilm, cache_dir, monkeypatch):
 
 
 def test_corrupt_cache_is_rebuilt(space, minilm, tmp_path):
-    from rapt_audit import vocab
+    from rapt_audit.encoder import vocab
 
     vocab.load_embedding_space(minilm, cache_dir=tmp_path)
     npz, meta = vocab._cache_paths(tmp_path, minilm.fingerprint)
@@ -138,7 +138,7 @@ def test_corrupt_cache_is_rebuilt(space, minilm, tmp_path):
 
 
 def test_embedding_space_shared_per_run(ctx, minilm):
-    from rapt_audit.vocab import embedding_space
+    from rapt_audit.encoder.vocab import embedding_space
 
     ctx.shared(("encoder", ctx.model, ctx.device), lambda: minilm)  # reuse the loaded model
     first = embedding_space(ctx)
@@ -158,7 +158,7 @@ def _fake_model(matrix: np.ndarray, vocab: dict[str, int], specials: list[int]):
 
 
 def test_build_validates_matrix_and_warns_on_duplicates():
-    from rapt_audit.vocab import build_embedding_space
+    from rapt_audit.encoder.vocab import build_embedding_space
 
     vocab = {"[PAD]": 0, "[UNK]": 1, "[unused0]": 2, "a": 3, "##b": 4, "c": 5}
     matrix = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)

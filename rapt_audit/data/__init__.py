@@ -2,7 +2,10 @@
 
 Importing this package registers every built-in loader (``synthetic``, ``sst2``, ``qqp``,
 ``trustpilot``, ``trustpilot_uk``, ``tp_uk_raw``, ``conll2003``, ``blogs``, ``wikitext2``). The loader
-modules import nothing heavy at import time, so this stays cheap.
+modules import nothing heavy at import time, so this stays cheap. :mod:`~rapt_audit.data.public`
+gives the public calibration text.
+
+May import: :mod:`rapt_audit.api` (``RunContext`` in type hints only).
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from rapt_audit.data.base import (
     DATA_ENV,
     DATASETS,
     Dataset,
-    SplitSizes,
     Splits,
+    SplitSizes,
     assert_disjoint,
     make_splits,
     resolve_data_dir,

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from rapt_audit.errors import DataError
-from rapt_audit.registry import Registry
-from rapt_audit.types import AttackerData, Record
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.registry import Registry
+from rapt_audit.api.types import AttackerData, Record
 
 #: Environment variable naming the data directory (``--data-dir`` takes precedence).
 DATA_ENV = "RAPT_AUDIT_DATA"
@@ -111,7 +111,7 @@ def make_splits(dataset: Dataset, sizes: SplitSizes, *, seed: int) -> Splits:
     Raises:
         DataError: when the dataset cannot provide the requested sizes.
     """
-    import numpy as np
+    import numpy as np  # lazy (numpy)
 
     order = np.random.default_rng(seed).permutation(len(dataset.records))
     records = [dataset.records[i] for i in order]

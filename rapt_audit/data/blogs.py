@@ -24,10 +24,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.types import Record
 from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
 from rapt_audit.data.trustpilot import assign_bin, equal_frequency_bins
-from rapt_audit.errors import DataError
-from rapt_audit.types import Record
 
 GENDERS = ("female", "male")
 #: (messages file, users file, how the users file codes gender)

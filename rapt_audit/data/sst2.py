@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.types import Record
 from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
-from rapt_audit.errors import DataError
-from rapt_audit.types import Record
 
 SPLITS = ("train", "dev")
 LABEL_NAMES = ("negative", "positive")

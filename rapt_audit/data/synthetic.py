@@ -22,8 +22,8 @@ import json
 import random
 from pathlib import Path
 
+from rapt_audit.api.types import Record, Span
 from rapt_audit.data.base import DATASETS, Dataset
-from rapt_audit.types import Record, Span
 
 #: Bump when the generator or any word list changes: the fingerprint hashes it with the parameters.
 VERSION = "synthetic-v1"

@@ -34,9 +34,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.types import Record
 from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
-from rapt_audit.errors import DataError
-from rapt_audit.types import Record
 
 GENDERS = ("female", "male")
 _GENDER_CODES = {"F": "female", "M": "male", "female": "female", "male": "male"}

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from rapt_audit.api.types import Record
 from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
-from rapt_audit.types import Record
 
 SPLITS = ("valid", "test")
 _HEADING = re.compile(r"^ ?(= )+.*?( =)+ ?$")

@@ -8,13 +8,12 @@ warm set-up < 2 s, flat memory on a 100,000-word input.
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 
 import numpy as np
 import pytest
 
-from rapt_audit.context import RunContext
+from rapt_audit.pipeline.context import RunContext
 
 pytestmark = pytest.mark.benchmark
 
@@ -33,7 +32,7 @@ def corpus() -> list[str]:
 
 
 def test_t2t_token_throughput(benchmark, bctx, corpus):
-    from rapt_audit.engines import token_engine
+    from rapt_audit.mechanisms.engines import token_engine
 
     engine = token_engine(bctx)
     n_tokens = sum(len(i) for i in engine.token_ids(corpus))
@@ -45,8 +44,8 @@ def test_t2t_token_throughput(benchmark, bctx, corpus):
 
 
 def test_pct2t_word_throughput_including_tagging(benchmark, bctx, corpus):
-    from rapt_audit.params import make_plugin
-    from rapt_audit.plugins import DEFENSES, load
+    from rapt_audit.api.params import make_plugin
+    from rapt_audit.api.plugins import DEFENSES, load
 
     load()
     defense = make_plugin(DEFENSES, "pct2t", {})
@@ -60,7 +59,7 @@ def test_pct2t_word_throughput_including_tagging(benchmark, bctx, corpus):
 
 def test_warm_setup(benchmark, bctx):
     """Set-up of a new run once the embedding table and POS lexicon are cached on disk."""
-    from rapt_audit.engines import pos_groups, token_engine
+    from rapt_audit.mechanisms.engines import pos_groups, token_engine
 
     token_engine(bctx), pos_groups(bctx)  # populate the disk caches
 
@@ -74,7 +73,7 @@ def test_warm_setup(benchmark, bctx):
 
 def test_memory_is_flat_on_a_100k_word_input(bctx):
     """Peak traced memory of privatizing 100,000 words vs 10,000 words (chunked streaming)."""
-    from rapt_audit.engines import token_engine
+    from rapt_audit.mechanisms.engines import token_engine
 
     engine = token_engine(bctx)
     words = ("the quick brown fox jumps over the lazy dog near paris " * 10_000).split()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rapt_audit.nn_search import NearestNeighbourIndex, exact_nearest
+from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex, exact_nearest
 
 N_QUERIES = 4096
 ETA = 100.0
@@ -23,7 +23,7 @@ ETA = 100.0
 
 def noisy_queries(space, n: int, eta: float, seed: int) -> np.ndarray:
     """Embeddings of random regular tokens plus dχ noise at ``eta`` (what T2T searches with)."""
-    from rapt_audit.noise import dchi_noise
+    from rapt_audit.mechanisms.noise import dchi_noise
 
     rng = np.random.default_rng(seed)
     clean = space.vectors[rng.integers(0, len(space.tokens), n)]
@@ -32,14 +32,14 @@ def noisy_queries(space, n: int, eta: float, seed: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def minilm():
-    from rapt_audit.models import load_model
+    from rapt_audit.encoder.models import load_model
 
     return load_model("minilm")
 
 
 @pytest.fixture(scope="module")
 def cache_dir(minilm, tmp_path_factory):
-    from rapt_audit.vocab import load_embedding_space
+    from rapt_audit.encoder.vocab import load_embedding_space
 
     path = tmp_path_factory.mktemp("bench-cache")
     load_embedding_space(minilm, cache_dir=path)  # cold build, so that the benchmarks below are warm
@@ -48,7 +48,7 @@ def cache_dir(minilm, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def space(minilm, cache_dir):
-    from rapt_audit.vocab import load_embedding_space
+    from rapt_audit.encoder.vocab import load_embedding_space
 
     return load_embedding_space(minilm, cache_dir=cache_dir)
 
@@ -90,7 +90,7 @@ def test_bf16_screen_search(benchmark, space, noisy):
 @pytest.mark.benchmark
 def test_warm_load(benchmark, minilm, cache_dir, space):
     """(c) Warm load of the cached EmbeddingSpace (np.load of the .npz + the token json)."""
-    from rapt_audit.vocab import load_embedding_space
+    from rapt_audit.encoder.vocab import load_embedding_space
 
     warm = benchmark(load_embedding_space, minilm, cache_dir=cache_dir)
     assert warm.tokens == space.tokens and np.array_equal(warm.vectors, space.vectors)
@@ -99,7 +99,7 @@ def test_warm_load(benchmark, minilm, cache_dir, space):
 @pytest.mark.benchmark
 def test_warm_setup(benchmark, minilm, cache_dir):
     """Warm set-up of T2T's search: cached space plus the nearest-neighbour index (target < 2 s)."""
-    from rapt_audit.vocab import load_embedding_space
+    from rapt_audit.encoder.vocab import load_embedding_space
 
     def setup() -> NearestNeighbourIndex:
         return NearestNeighbourIndex(load_embedding_space(minilm, cache_dir=cache_dir).vectors)

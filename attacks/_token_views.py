@@ -1,0 +1,405 @@
+"""Token-level views of a release, shared by the inversion attacks (whitebox, MLP, AE, MI).
+
+An inversion attack scores *original tokens*: the model tokenizer's tokens of the original text
+(no special tokens). A :class:`TokenView` pairs one record's original tokens with what the
+adversary observed for them:
+
+* ``token_embeddings`` releases are 1:1 with the original tokens (the embedding defense releases
+  one noisy vector per tokenizer token), so original position i aligns with released position i;
+* ``texts`` releases are re-tokenized with the same tokenizer and aligned to the original tokens
+  with :func:`rapt_audit.attacks._align.align` (positional when the lengths match, difflib otherwise). The
+  released vector of a released token is its (clean) input embedding — all a text release carries.
+
+Scoring counts *regular* original tokens only (those with a row in the embedding space;
+``[UNK]`` and special-token strings typed in the text have none and cannot be released by any
+defense). An original token without a released counterpart counts as not recovered.
+
+The helpers at the bottom (contextual states, seeded torch training with epoch selection) are used
+by the learned attacks; torch is imported lazily inside them.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.types import AttackerData, Estimate, Record, Release, Skip
+from rapt_audit.attacks._align import align
+from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
+from rapt_audit.encoder.encode import pad_embeddings
+from rapt_audit.mechanisms.engines import token_engine
+from rapt_audit.scoring.metrics import metric
+from rapt_audit.scoring.stats import bootstrap_mean
+from rapt_audit.utility.probes import pair_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rapt_audit.mechanisms.privatize import TokenEngine
+    from rapt_audit.pipeline.context import RunContext
+
+metric("token_accuracy_top5", "attack", False,
+       "fraction of original tokens among the attacker's five best guesses (top-5 token recovery)")
+
+#: Release kinds the token-level attacks can read, in order of preference (the richer one first).
+TOKEN_KINDS = ("token_embeddings", "texts")
+
+#: Longest window the encoder sees at once when computing contextual states (512 minus [CLS]/[SEP]).
+CONTEXT_WINDOW = 510
+
+
+@dataclass(frozen=True)
+class TokenView:
+    """One record's original tokens and what the adversary observed for them.
+
+    Attributes:
+        uid: The record's uid.
+        original_ids: Model token ids of the original text (no special tokens), int64.
+        original_rows: Rows of those tokens in the embedding space (``-1``: not a regular token).
+        released_ids: Model ids of the re-tokenized released text (``None`` for vector releases).
+        released_vectors: ``(n_released, d)`` float32: released vectors, or the input embeddings
+            of the released tokens for text releases.
+        alignment: For each original position, the index of its released unit (``-1``: unaligned).
+    """
+
+    uid: str
+    original_ids: np.ndarray
+    original_rows: np.ndarray
+    released_ids: np.ndarray | None
+    released_vectors: np.ndarray
+    alignment: np.ndarray
+
+    @property
+    def regular(self) -> np.ndarray:
+        """Mask of original positions that are scored (regular tokens)."""
+        return self.original_rows >= 0
+
+    @property
+    def n_regular(self) -> int:
+        """Number of scored original tokens."""
+        return int(self.regular.sum())
+
+
+def release_kind(release_kinds: frozenset[str] | set[str], *, attack: str,
+                 supported: Sequence[str] = TOKEN_KINDS) -> str:
+    """The release kind the attack reads: the first of ``supported`` present, else :class:`Skip`."""
+    for kind in supported:
+        if kind in release_kinds:
+            return kind
+    raise Skip(f"attack {attack!r} needs a per-token release ({' or '.join(supported)}), but the release "
+               f"holds only {', '.join(sorted(release_kinds)) or 'nothing'}")
+
+
+def original_text(record: Record, kind: str) -> str:
+    """The text the defense privatized for ``record`` (text defenses join pairs; embeddings do not)."""
+    if kind == "texts":
+        return pair_text(record.text, record.text_pair)
+    return record.text
+
+
+def build_views(release: Release, records: Sequence[Record], *, ctx: RunContext, kind: str) -> list[TokenView]:
+    """One :class:`TokenView` per record, reading the release kind ``kind``.
+
+    Raises:
+        ValueError: when the release and the records do not match (order, count, token lengths).
+    """
+    if tuple(release.uids) != tuple(r.uid for r in records):
+        raise ValueError("the release's uids do not match the records' uids in order; attack the release "
+                         "with exactly the records it was made from")
+    eng = token_engine(ctx)
+    space = eng.space
+    originals = [np.asarray(ids, dtype=np.int64) for ids in eng.token_ids([original_text(r, kind) for r in records])]
+    views = []
+    if kind == "token_embeddings":
+        for record, ids, vectors in zip(records, originals, release.token_embeddings):
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if vectors.ndim != 2 or vectors.shape != (len(ids), space.dim):
+                raise ValueError(f"record {record.uid}: the release holds {vectors.shape} token vectors but the "
+                                 f"text has {len(ids)} tokenizer tokens of width {space.dim}")
+            views.append(TokenView(record.uid, ids, space.rows_of(ids), None, vectors,
+                                   np.arange(len(ids), dtype=np.int64)))
+        return views
+    if kind != "texts":
+        raise ValueError(f"unsupported release kind {kind!r}")
+    released = [np.asarray(ids, dtype=np.int64) for ids in eng.token_ids(list(release.user_texts()))]
+    for record, ids, out in zip(records, originals, released):
+        pairs = align(ids.tolist(), out.tolist())
+        alignment = np.array([-1 if j is None else j for j in pairs], dtype=np.int64)
+        views.append(TokenView(record.uid, ids, space.rows_of(ids), out,
+                               np.asarray(space.all_vectors[out], dtype=np.float32).reshape(len(out), space.dim),
+                               alignment))
+    return views
+
+
+def views_for(release: Release, records: Sequence[Record], *, ctx: RunContext, attack: str,
+              supported: Sequence[str] = TOKEN_KINDS) -> tuple[str, list[TokenView]]:
+    """:func:`release_kind` then :func:`build_views`; a :class:`Skip` when nothing is scorable."""
+    kind = release_kind(release.kinds, attack=attack, supported=supported)
+    views = build_views(release, records, ctx=ctx, kind=kind)
+    if sum(v.n_regular for v in views) == 0:
+        raise Skip(f"attack {attack!r}: the records hold no regular vocabulary tokens to recover")
+    return kind, views
+
+
+@dataclass(frozen=True)
+class Units:
+    """Scored original tokens of a list of views, flattened.
+
+    Attributes:
+        record: Index of the view each unit belongs to.
+        target_row: The original token's row in the embedding space.
+        source: Index into :func:`stack_released` of the aligned released unit (``-1``: unaligned).
+    """
+
+    record: np.ndarray
+    target_row: np.ndarray
+    source: np.ndarray
+
+    @property
+    def aligned(self) -> np.ndarray:
+        """Mask of units with a released counterpart."""
+        return self.source >= 0
+
+
+def units_of(views: Sequence[TokenView]) -> Units:
+    """Every regular original token of ``views`` with the flat index of its released unit."""
+    offsets = np.cumsum([0] + [len(v.released_vectors) for v in views])
+    rec, rows, src = [], [], []
+    for i, v in enumerate(views):
+        keep = v.regular
+        rec.append(np.full(int(keep.sum()), i, dtype=np.int64))
+        rows.append(v.original_rows[keep])
+        a = v.alignment[keep]
+        src.append(np.where(a >= 0, a + offsets[i], -1))
+    cat = (lambda xs: np.concatenate(xs).astype(np.int64)) if views else (lambda xs: np.zeros(0, np.int64))
+    return Units(cat(rec), cat(rows), cat(src))
+
+
+def stack_released(views: Sequence[TokenView], states: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """Released vectors of all views stacked (with contextual states appended when given)."""
+    parts = [v.released_vectors for v in views]
+    if states is not None:
+        parts = [np.concatenate([p, s], axis=1) for p, s in zip(parts, states)]
+    if not parts:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+def aligned_fraction(units: Units) -> float:
+    """Fraction of scored original tokens that have a released counterpart."""
+    return float(units.aligned.mean()) if units.source.size else 0.0
+
+
+def accuracy(hits: np.ndarray, units: Units, n_views: int, *, rng: np.random.Generator) -> Estimate:
+    """Token accuracy with records as the bootstrap unit and tokens as weights.
+
+    Args:
+        hits: Boolean per unit (unaligned units must already be ``False``).
+        units: The units ``hits`` refers to.
+        n_views: Number of records (views).
+    """
+    counts = np.bincount(units.record, minlength=n_views).astype(float)
+    correct = np.bincount(units.record, weights=hits.astype(float), minlength=n_views)
+    rate = np.divide(correct, counts, out=np.zeros_like(correct), where=counts > 0)
+    return bootstrap_mean(rate, weights=counts, rng=rng)
+
+
+def per_record_mean(values: np.ndarray, units: Units, n_views: int, *, rng: np.random.Generator) -> Estimate:
+    """Mean of a per-unit quantity (an MSE) with records as the bootstrap unit, tokens weighted."""
+    counts = np.bincount(units.record, minlength=n_views).astype(float)
+    sums = np.bincount(units.record, weights=values.astype(float), minlength=n_views)
+    means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
+    return bootstrap_mean(means, weights=counts, rng=rng)
+
+
+def attacker_views(aux: AttackerData, defense: Any, *, ctx: RunContext, attack: str, min_train: int,
+                   min_valid: int) -> tuple[str, list[TokenView], list[TokenView]]:
+    """Adaptive training data: the attacker's own train and valid records, privatized by ``defense``.
+
+    Raises:
+        DataError: (via :func:`rapt_audit.attacks._base.require_size`) when the attacker has too few records.
+        Skip: when the defense releases nothing token-level.
+    """
+    release_kind(frozenset(getattr(defense, "exposes", frozenset())), attack=attack)  # Skip before any work
+    require_size(aux.train, min_train, attack=attack, what="attacker-train")
+    require_size(aux.valid, min_valid, attack=attack, what="attacker-valid")
+    train_release = adaptive_release(defense, aux.train, ctx=ctx)
+    valid_release = adaptive_release(defense, aux.valid, ctx=ctx)
+    kind = release_kind(train_release.kinds, attack=attack)
+    return (kind, build_views(train_release, aux.train, ctx=ctx, kind=kind),
+            build_views(valid_release, aux.valid, ctx=ctx, kind=kind))
+
+
+def features(views: Sequence[TokenView], *, ctx: RunContext, context: bool) -> np.ndarray:
+    """Per released unit: its released vector, plus the encoder's contextual state when ``context``."""
+    return stack_released(views, contextual_states(views, ctx=ctx) if context else None)
+
+
+def engine(ctx: RunContext) -> TokenEngine:
+    """The run's token engine (embedding space, tokenizer, regular-vocabulary index)."""
+    return token_engine(ctx)
+
+
+def nearest_rows(table: np.ndarray, queries: np.ndarray, k: int, *, device: str = "cpu",
+                 candidates: int = 16, block: int = 1024) -> np.ndarray:
+    """The ``k`` L2-nearest table rows per query, nearest first (ties: lowest row).
+
+    A float32 screen (``q·e − ‖e‖²/2``) keeps ``max(candidates, k)`` rows per query, which are
+    re-ranked with float64 differences; exact unless the k-th and the last kept candidate are
+    within float32 rounding of each other. Used for top-5 guesses (the certified
+    :meth:`NearestNeighbourIndex.search` gives the top-1 guess).
+    """
+    import torch  # lazy (torch)
+
+    t = torch.tensor(np.asarray(table, dtype=np.float32), device=device)  # a copy: the table is read-only
+    half_sq = 0.5 * (t.double() ** 2).sum(dim=1).float()
+    c = min(max(int(candidates), int(k)), t.shape[0])
+    out = np.empty((len(queries), k), dtype=np.int64)
+    with torch.inference_mode():
+        for s in range(0, len(queries), block):
+            q = torch.as_tensor(np.asarray(queries[s:s + block], dtype=np.float32), device=device)
+            cand = torch.topk(q @ t.T - half_sq, c, dim=1).indices
+            cand = torch.sort(cand, dim=1).values  # stable sort by distance below keeps the lowest row on ties
+            diff = t[cand].double() - q.double()[:, None, :]
+            order = torch.sort((diff * diff).sum(dim=2), dim=1, stable=True).indices
+            out[s:s + block] = cand.gather(1, order)[:, :k].cpu().numpy()
+    return out
+
+
+def contextual_states(views: Sequence[TokenView], *, ctx: RunContext, batch_size: int = 32) -> list[np.ndarray]:
+    """The frozen encoder's last hidden state at every released position of every view.
+
+    The released vectors are fed as ``inputs_embeds`` between the public [CLS]/[SEP] embeddings
+    (what a server receiving them would compute); text releases feed their tokens' input
+    embeddings, which is the same as feeding their ids. Long sequences run in windows of
+    :data:`CONTEXT_WINDOW` tokens.
+    """
+    import torch  # lazy (torch)
+
+    model = ctx.encoder()
+    tok, net = model.tokenizer, model.model
+    table = net.get_input_embeddings().weight.detach()
+    ends = [table[i][None] for i in (tok.cls_token_id, tok.sep_token_id) if i is not None]
+    pieces = [(v, s) for v, view in enumerate(views)
+              for s in range(0, max(len(view.released_vectors), 1), CONTEXT_WINDOW)]
+    out = [np.zeros((len(view.released_vectors), net.config.hidden_size), np.float32) for view in views]
+    pieces.sort(key=lambda p: len(views[p[0]].released_vectors[p[1]:p[1] + CONTEXT_WINDOW]))
+    with torch.inference_mode():
+        for start in range(0, len(pieces), batch_size):
+            batch = pieces[start:start + batch_size]
+            seqs = []
+            for v, s in batch:
+                body = torch.as_tensor(views[v].released_vectors[s:s + CONTEXT_WINDOW], device=model.device)
+                seqs.append(torch.cat(ends[:1] + [body] + ends[1:]) if len(ends) == 2 else body)
+
+            embeds, mask = pad_embeddings(seqs)
+            hidden = net(inputs_embeds=embeds, attention_mask=mask).last_hidden_state.float().cpu().numpy()
+            lead = 1 if len(ends) == 2 else 0
+            for row, (v, s) in enumerate(batch):
+                n = len(views[v].released_vectors[s:s + CONTEXT_WINDOW])
+                out[v][s:s + n] = hidden[row, lead:lead + n]
+    return out
+
+
+@dataclass
+class TrainOutcome:
+    """What :func:`train_torch` returns: the selected model state and the training curve."""
+
+    state: dict[str, Any]
+    best_epoch: int
+    valid_curve: list[float]
+
+
+def train_torch(model: Any, *, x: np.ndarray, y: np.ndarray, loss: Callable[[Any, Any], Any],
+                valid_score: Callable[[Any], float], epochs: int, batch_size: int, lr: float,
+                weight_decay: float, patience: int, seed: int, device: str) -> TrainOutcome:
+    """Mini-batch Adam training with epoch selection on the attacker's validation data.
+
+    Args:
+        model: A torch module (already on ``device``).
+        x, y: Training inputs and targets (numpy; moved to ``device`` once).
+        loss: ``loss(model_output, y_batch)`` → scalar tensor.
+        valid_score: ``valid_score(model)`` → a number to *maximise*, computed on attacker-valid
+            data only (never the victim's records).
+        seed: Seed for the batch order (initialisation is seeded by the caller).
+
+    Returns:
+        The state of the best epoch (epoch 0 = the untrained model), so a model that never beats
+        its initialisation on validation data is reported as such instead of overfitting.
+    """
+    import torch  # lazy (torch)
+
+    xt = torch.as_tensor(x, device=device)
+    yt = torch.as_tensor(y, device=device)
+    try:  # the fused kernel is several times faster on CPU for small models; same update rule
+        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
+    except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch or unsupported device
+        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    order_rng = np.random.default_rng(seed)
+    model.eval()
+    best, best_epoch = valid_score(model), 0
+    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    curve, since = [best], 0
+    for epoch in range(1, epochs + 1):
+        model.train()
+        order = torch.as_tensor(order_rng.permutation(len(xt)), device=device)
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            opt.zero_grad(set_to_none=True)
+            loss(model(xt[idx]), yt[idx]).backward()
+            opt.step()
+        model.eval()
+        score = valid_score(model)
+        curve.append(score)
+        if score > best:
+            best, best_epoch, since = score, epoch, 0
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            since += 1
+            if since >= patience:
+                break
+    model.load_state_dict(best_state)
+    model.eval()
+    return TrainOutcome(best_state, best_epoch, curve)
+
+
+@contextmanager
+def seeded_torch(seed: int, device: str) -> Iterator[None]:
+    """A context for training the attacks' small networks.
+
+    Inside it torch's global RNG is seeded with ``seed`` (and restored afterwards), and on CPU torch
+    runs single-threaded: these networks are too small to gain from intra-op threads, and on a
+    shared 2-core machine two OpenMP threads competing with other processes were measured 10-40x
+    slower than one (spin-waiting on a descheduled thread).
+    """
+    import torch  # lazy (torch)
+
+    cuda = str(device).startswith("cuda") and torch.cuda.is_available()
+    threads = torch.get_num_threads()
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
+        torch.manual_seed(seed % (2**63))
+        if not cuda:
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
+
+
+def trained_victim_views(attack: Any, release: Release, truth: Sequence[Record], *, ctx: RunContext
+                         ) -> tuple[list[TokenView], Any]:
+    """Views and units of the victim release for a trained attack (``_aux``, ``_net``, ``_kind`` set by fit).
+
+    Checks that the attack was fitted, that victim and attacker data are disjoint, and that the
+    release is of the kind the attack was trained on (else :class:`Skip`).
+    """
+    if attack._aux is None or attack._net is None:
+        raise UsageError(f"{attack.name}: call fit(aux, defense, ctx=...) before attack")
+    check_disjoint(attack._aux, truth)
+    kind = release_kind(release.kinds, attack=attack.name)
+    if kind != attack._kind:
+        raise Skip(f"{attack.name} was trained on {attack._kind} releases but the victim release holds {kind}")
+    _, views = views_for(release, truth, ctx=ctx, attack=attack.name, supported=(kind,))
+    return views, units_of(views)

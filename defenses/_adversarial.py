@@ -1,0 +1,191 @@
+"""Torch training helpers of the representation defenses: gradient reversal, CAPE's adversarial
+training, and the small MLP task classifier shared by CAPE, DPNR and SnD.
+
+This module imports torch at import time; defenses import it inside their methods only, so that
+``import rapt_audit`` and ``rapt-audit ls`` stay light.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from rapt_audit.encoder.models import one_thread
+
+
+class _ReverseGradient(torch.autograd.Function):
+    """Identity forward; the backward pass multiplies the gradient by ``-weight`` (Ganin & Lempitsky, 2015)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: float) -> torch.Tensor:  # noqa: ANN001
+        ctx.weight = weight
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+        return -ctx.weight * grad, None
+
+
+def reverse_gradient(x: torch.Tensor, weight: float) -> torch.Tensor:
+    """``x`` unchanged, but gradients flowing back through it are multiplied by ``-weight``."""
+    return _ReverseGradient.apply(x, float(weight))
+
+
+def mlp(in_dim: int, hidden: int, out_dim: int, dropout: float) -> nn.Sequential:
+    """Linear → ReLU → Dropout → Linear (CAPE's heads and the utility classifier)."""
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, out_dim))
+
+
+def minmax_torch(x: torch.Tensor) -> torch.Tensor:
+    """Per-row min-max normalisation to [0, 1] (differentiable; constant rows become 0)."""
+    low = x.min(dim=1, keepdim=True).values
+    span = x.max(dim=1, keepdim=True).values - low
+    return torch.where(span > 0, (x - low) / span.clamp_min(1e-12), torch.zeros_like(x))
+
+
+def laplace_like(x: torch.Tensor, scale: float, generator: torch.Generator) -> torch.Tensor:
+    """Fresh Laplace(0, scale) noise of ``x``'s shape (per example and per dimension); 0 for scale 0."""
+    if scale == 0.0:
+        return torch.zeros_like(x)
+    u = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) - 0.5
+    # Inverse CDF; clamp keeps log1p finite when u hits -0.5 exactly.
+    return -scale * torch.sign(u) * torch.log1p(-2.0 * u.abs().clamp(max=0.5 - 1e-7))
+
+
+@dataclass
+class TrainedClassifier:
+    """A trained MLP classifier and what it was trained on."""
+
+    model: nn.Module
+    n_classes: int
+    device: str
+    history: list[float] = field(default_factory=list)
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        """Class probabilities ``(n, k)`` for feature rows ``x``."""
+        self.model.eval()
+        with torch.no_grad(), one_thread(self.device):
+            logits = self.model(torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device))
+        return torch.softmax(logits, dim=1).cpu().numpy()
+
+
+def fit_classifier(x: np.ndarray, y: np.ndarray, *, n_classes: int, hidden: int = 256, dropout: float = 0.4,
+                   epochs: int = 30, lr: float = 1e-3, batch_size: int = 64, weight_decay: float = 1e-4,
+                   seed: int, device: str = "cpu") -> TrainedClassifier:
+    """Train an MLP on standardised-by-the-caller features for a **fixed** number of epochs.
+
+    A fixed epoch count (never chosen on any test split) keeps the utility protocol honest.
+    """
+    torch.manual_seed(seed)
+    order_rng = np.random.default_rng(seed)
+    model = mlp(x.shape[1], hidden, n_classes, dropout).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    xt = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
+    yt = torch.as_tensor(np.asarray(y, dtype=np.int64), device=device)
+    history = []
+    with one_thread(device):
+        for _ in range(epochs):
+            model.train()
+            total = 0.0
+            for idx in np.array_split(order_rng.permutation(len(xt)), max(1, math.ceil(len(xt) / batch_size))):
+                loss = nn.functional.cross_entropy(model(xt[idx]), yt[idx])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * len(idx)
+            history.append(total / len(xt))
+    model.eval()
+    return TrainedClassifier(model, n_classes, device, history)
+
+
+@dataclass
+class CapeModel:
+    """CAPE's trainable parts: the client-side projection, the task head and the adversary head."""
+
+    projection: nn.Linear
+    task_head: nn.Module | None
+    adversary_head: nn.Module | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def project(self, pooled: np.ndarray, device: str) -> np.ndarray:
+        """The client-side representation before noise: min-max(projection(pooled)), float64."""
+        self.projection.eval()
+        with torch.no_grad(), one_thread(device):
+            z = minmax_torch(self.projection(torch.as_tensor(np.asarray(pooled, dtype=np.float32), device=device)))
+        return z.cpu().numpy().astype(np.float64)
+
+
+def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *, n_classes: int, n_values: int,
+               noise_scale: float, adversary_weight: float, hidden: int, dropout: float, lr: float,
+               adversary_lr: float, epochs: int, batch_size: int, seed: int, device: str = "cpu") -> CapeModel:
+    """CAPE's adversarial training (Plant et al., EMNLP 2021, Sec. 3) on frozen pooled representations.
+
+    Forward: ``r = minmax(P·pooled)``, ``r̃ = r + Laplace(0, noise_scale)`` fresh at every step, the task
+    head reads ``r̃``, the adversary head reads ``reverse_gradient(r̃, λ)``. Minimising task CE +
+    adversary CE trains the adversary to find the attribute while the projection P receives
+    ``-λ ×`` the adversary's gradient, i.e. is pushed to remove it.
+
+    Args:
+        pooled: ``(n, d)`` frozen-encoder outputs.
+        labels: ``(n,)`` task labels, ``-1`` where a record has none (no task loss for it).
+        attributes: ``(n,)`` private-attribute indices, ``-1`` where unknown (no adversary loss).
+        n_classes / n_values: Number of task classes / attribute values (0 disables that head).
+        noise_scale: Laplace scale ``sensitivity / epsilon`` (0: no noise).
+        adversary_weight: λ of the gradient reversal (0: the adversary is not trained at all).
+    """
+    d = pooled.shape[1]
+    torch.manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    projection = nn.Linear(d, d).to(device)
+    with torch.no_grad():  # start at the plain pooled representation
+        projection.weight.copy_(torch.eye(d))
+        projection.bias.zero_()
+    task_head = mlp(d, hidden, n_classes, dropout).to(device) if n_classes >= 2 else None
+    adversary_head = mlp(d, hidden, n_values, dropout).to(device) if n_values >= 2 and adversary_weight > 0 else None
+    groups = [{"params": projection.parameters(), "lr": lr}]
+    groups += [{"params": task_head.parameters(), "lr": lr}] if task_head is not None else []
+    groups += [{"params": adversary_head.parameters(), "lr": adversary_lr}] if adversary_head is not None else []
+    optimizer = torch.optim.Adam(groups)
+    xt = torch.as_tensor(np.asarray(pooled, dtype=np.float32), device=device)
+    yt = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=device)
+    at = torch.as_tensor(np.asarray(attributes, dtype=np.int64), device=device)
+    order_rng = np.random.default_rng(seed)
+    model = CapeModel(projection, task_head, adversary_head)
+    with one_thread(device):
+        for _ in range(epochs):
+            modules = [m for m in (projection, task_head, adversary_head) if m is not None]
+            for m in modules:
+                m.train()
+            sums = {"task_loss": 0.0, "adversary_loss": 0.0, "adversary_correct": 0.0, "adversary_seen": 0.0}
+            for idx in np.array_split(order_rng.permutation(len(xt)), max(1, math.ceil(len(xt) / batch_size))):
+                r = minmax_torch(projection(xt[idx]))
+                noisy = r + laplace_like(r, noise_scale, generator)
+                loss = torch.zeros((), device=device)
+                has_label, has_attr = yt[idx] >= 0, at[idx] >= 0
+                if task_head is not None and bool(has_label.any()):
+                    task_loss = nn.functional.cross_entropy(task_head(noisy[has_label]), yt[idx][has_label])
+                    loss = loss + task_loss
+                    sums["task_loss"] += float(task_loss.detach()) * int(has_label.sum())
+                if adversary_head is not None and bool(has_attr.any()):
+                    logits = adversary_head(reverse_gradient(noisy[has_attr], adversary_weight))
+                    adv_loss = nn.functional.cross_entropy(logits, at[idx][has_attr])
+                    loss = loss + adv_loss
+                    sums["adversary_loss"] += float(adv_loss.detach()) * int(has_attr.sum())
+                    sums["adversary_correct"] += float((logits.argmax(1) == at[idx][has_attr]).sum())
+                    sums["adversary_seen"] += int(has_attr.sum())
+                if loss.requires_grad:
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            seen = max(sums["adversary_seen"], 1.0)
+            model.history.append({"task_loss": sums["task_loss"] / max(int((yt >= 0).sum()), 1),
+                                  "adversary_loss": sums["adversary_loss"] / seen,
+                                  "adversary_train_accuracy": sums["adversary_correct"] / seen})
+    for m in (projection, task_head, adversary_head):
+        if m is not None:
+            m.eval()
+    return model

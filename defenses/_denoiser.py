@@ -1,0 +1,181 @@
+"""Split-and-Denoise's client-side pieces (Mai et al., ICML 2024, Sec. 3.3-3.4).
+
+* :func:`clip_rows` — Eq. 3: scale each privatized token vector down to norm ``<= C``;
+* :func:`privatize_tokens` — dχ noise then clipping, returning the upload and the noise matrix
+  ``Z = M'(x) - x`` that the client keeps;
+* :class:`Denoiser` — a small transformer over ``[e_n; x̃_1..x̃_n; z_1..z_n]`` whose output at the
+  first position is the denoised embedding (Eq. 6-10);
+* :func:`train_denoiser` — the server's training on public text with synthetic noise, minimising
+  the MSE to the clean output embedding (Eq. 11-12).
+
+torch is imported at module import; plugins import this module inside their methods only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from rapt_audit.encoder.models import one_thread
+from rapt_audit.mechanisms.noise import dchi_noise
+
+
+def clip_rows(x: np.ndarray, bound: float) -> np.ndarray:
+    """SnD Eq. 3: ``x · min(1, bound / ||x||)`` row by row (rows already within the bound are kept)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    factor = np.minimum(1.0, bound / np.maximum(norms, 1e-30))
+    return (x * factor[:, None]).astype(x.dtype, copy=False)
+
+
+def privatize_tokens(clean: np.ndarray, *, eta: float, bound: float | None,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """dχ noise (one Gamma(d, 1/η) radius per vector) then optional clipping to ``bound``.
+
+    Returns:
+        ``(upload, noise)`` with ``noise = upload - clean`` (SnD updates the noise matrix after
+        clipping, so the denoiser sees the noise that is actually in the upload).
+    """
+    clean = np.asarray(clean, dtype=np.float32)
+    noisy = clean + dchi_noise(clean.shape[0], clean.shape[1], eta, rng, dtype=np.float32)
+    upload = clip_rows(noisy, bound) if bound is not None else noisy
+    return upload, upload - clean
+
+
+class Denoiser(nn.Module):
+    """A pre-LayerNorm transformer encoder over ``[e_n; x̃; z]`` whose first output denoises ``e_n``.
+
+    Each segment has its own input projection to ``d_model`` (the segment embedding); token ``i`` and
+    its noise ``z_i`` share position embedding ``i``, so attention can pair them. The output is
+    ``e_n + W·h_0`` with ``W`` initialised to zero, so an untrained denoiser is the identity.
+    (SnD's Eq. 10 reads ``h_0`` directly; the residual form is the same function class and starts
+    from the noisy embedding instead of from zero.)
+    """
+
+    def __init__(self, dim: int, *, d_model: int, heads: int, d_ff: int, layers: int, max_tokens: int,
+                 dropout: float = 0.1) -> None:
+        super().__init__()
+        self.max_tokens = max_tokens
+        self.in_output, self.in_tokens, self.in_noise = (nn.Linear(dim, d_model) for _ in range(3))
+        self.position = nn.Embedding(max_tokens, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, dim)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, output: torch.Tensor, tokens: torch.Tensor, noise: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        """Denoised embeddings ``(B, d)`` from ``output (B, d)``, ``tokens``/``noise (B, L, d)``, ``mask (B, L)``."""
+        pos = self.position(torch.arange(tokens.shape[1], device=tokens.device))[None]
+        h = torch.cat([self.in_output(output)[:, None], self.in_tokens(tokens) + pos, self.in_noise(noise) + pos], 1)
+        valid = torch.cat([torch.ones_like(mask[:, :1]), mask, mask], dim=1)
+        h = self.encoder(h, src_key_padding_mask=~valid)
+        return output + self.head(self.norm(h[:, 0]))
+
+
+@dataclass
+class DenoiseBatch:
+    """Everything the denoiser reads for a set of texts (numpy), plus the clean targets if known."""
+
+    output: np.ndarray                 # (n, d) server outputs e_n
+    tokens: list[np.ndarray]           # per text (n_i, d) uploads
+    noise: list[np.ndarray]            # per text (n_i, d) noise kept by the client
+    clean: np.ndarray | None = None    # (n, d) clean outputs e_c (training and evaluation only)
+
+
+def _pad(batch: DenoiseBatch, idx: np.ndarray, max_tokens: int, device: str) -> tuple[torch.Tensor, ...]:
+    length = max(1, max(min(len(batch.tokens[i]), max_tokens) for i in idx))
+    d = batch.output.shape[1]
+    tokens = np.zeros((len(idx), length, d), dtype=np.float32)
+    noise = np.zeros_like(tokens)
+    mask = np.zeros((len(idx), length), dtype=bool)
+    for row, i in enumerate(idx):
+        n = min(len(batch.tokens[i]), max_tokens)
+        tokens[row, :n], noise[row, :n], mask[row, :n] = batch.tokens[i][:n], batch.noise[i][:n], True
+    as_t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+    return as_t(batch.output[idx].astype(np.float32)), as_t(tokens), as_t(noise), as_t(mask)
+
+
+def denoise(model: Denoiser, batch: DenoiseBatch, *, device: str = "cpu", batch_size: int = 64) -> np.ndarray:
+    """Apply a trained denoiser: ``(n, d)`` float32 denoised embeddings."""
+    model.eval()
+    out = np.empty_like(batch.output, dtype=np.float32)
+    with torch.no_grad(), one_thread(device):
+        for start in range(0, len(batch.output), batch_size):
+            idx = np.arange(start, min(start + batch_size, len(batch.output)))
+            out[idx] = model(*_pad(batch, idx, model.max_tokens, device)).cpu().numpy()
+    return out
+
+
+@dataclass
+class DenoiserFit:
+    """A trained denoiser and its held-out diagnostics on public text."""
+
+    model: Denoiser
+    best_epoch: int
+    valid_mse_noisy: float
+    valid_mse_denoised: float
+    history: list[float] = field(default_factory=list)
+
+
+def mse_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-row mean squared error between two ``(n, d)`` arrays."""
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    return np.einsum("ij,ij->i", diff, diff) / diff.shape[1]
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-row cosine similarity between two ``(n, d)`` arrays."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.divide(np.einsum("ij,ij->i", a, b), denom, out=np.zeros(len(a)), where=denom > 0)
+
+
+def train_denoiser(train: DenoiseBatch, valid: DenoiseBatch, *, d_model: int, heads: int, d_ff: int, layers: int,
+                   max_tokens: int, epochs: int, lr: float, batch_size: int, seed: int,
+                   device: str = "cpu") -> DenoiserFit:
+    """Minimise ``||D(e_n, X̃, Z) - e_c||²`` on public training texts; keep the epoch with the lowest
+    MSE on held-out *public* texts (never on the victim's data)."""
+    torch.manual_seed(seed)
+    order_rng = np.random.default_rng(seed)
+    model = Denoiser(train.output.shape[1], d_model=d_model, heads=heads, d_ff=d_ff, layers=layers,
+                     max_tokens=max_tokens).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    target = torch.as_tensor(train.clean.astype(np.float32), device=device)
+    noisy_mse = float(mse_rows(valid.output, valid.clean).mean())
+    best = (noisy_mse, 0, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    history = []
+    # Batches of similar length waste less compute on padding.
+    lengths = np.array([min(len(t), max_tokens) for t in train.tokens])
+    with one_thread(device):
+        for epoch in range(1, epochs + 1):
+            model.train()
+            order = order_rng.permutation(len(lengths))
+            order = order[np.argsort(lengths[order], kind="stable")]
+            chunks = np.array_split(order, max(1, math.ceil(len(order) / batch_size)))
+            for c in order_rng.permutation(len(chunks)):
+                idx = chunks[c]
+                loss = nn.functional.mse_loss(model(*_pad(train, idx, max_tokens, device)), target[idx])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            valid_mse = float(mse_rows(denoise(model, valid, device=device), valid.clean).mean())
+            history.append(valid_mse)
+            if valid_mse < best[0]:
+                best = (valid_mse, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    model.load_state_dict(best[2])
+    model.eval()
+    return DenoiserFit(model, best[1], noisy_mse, best[0], history)
+
+
+def subset(batch: DenoiseBatch, idx: Sequence[int]) -> DenoiseBatch:
+    """The rows ``idx`` of a batch."""
+    idx = np.asarray(idx, dtype=np.int64)
+    return DenoiseBatch(batch.output[idx], [batch.tokens[i] for i in idx], [batch.noise[i] for i in idx],
+                        None if batch.clean is None else batch.clean[idx])

@@ -1,0 +1,118 @@
+"""Shared pieces of the sentence-representation defenses (CAPE, DPNR, Split-and-Denoise).
+
+* :func:`minmax_rows` — per-example min-max normalisation to ``[0, 1]^d``;
+* :func:`laplace_rows` — fresh ``Laplace(0, sensitivity/epsilon)`` noise per example *and* per
+  dimension, drawn from a generator derived from each record's uid (so a record's release does not
+  depend on which batch it was sent in, and a seed reproduces it exactly);
+* :func:`word_dropout` — DPNR's word dropout;
+* the parameter and attribute checks they share.
+
+The clean pooled vectors come from :mod:`rapt_audit.encoder.encode` and the scoring from
+:mod:`rapt_audit.scoring.classification`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from rapt_audit.api.errors import DataError, PrivacyParameterError
+from rapt_audit.api.types import Record
+from rapt_audit.mechanisms.noise import check_epsilon, check_privacy_parameter, privatize_laplace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rapt_audit.pipeline.context import RunContext
+
+def check_rate(name: str, value: object) -> float:
+    """Validates a rate in ``[0, 1)`` (DPNR's word-dropout rate μ).
+
+    Raises:
+        TypeError: If ``value`` is not a real number (``bool`` included).
+        PrivacyParameterError: If it lies outside ``[0, 1)``: μ = 1 would drop every word.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number in [0, 1), but is {value!r}.")
+    rate = float(value)
+    if not (0.0 <= rate < 1.0):  # also rejects NaN
+        raise PrivacyParameterError(f"{name} must lie in [0, 1) (the fraction of words dropped), but is {rate!r}.")
+    return rate
+
+
+def check_nonnegative(name: str, value: object) -> float:
+    """Validates a finite weight ``>= 0`` (CAPE's adversarial weight λ)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number >= 0, but is {value!r}.")
+    weight = float(value)
+    if not (math.isfinite(weight) and weight >= 0.0):
+        raise PrivacyParameterError(f"{name} must be finite and >= 0, but is {weight!r}.")
+    return weight
+
+
+def minmax_rows(x: np.ndarray) -> np.ndarray:
+    """Min-max normalise each row to ``[0, 1]`` (a constant row becomes all zeros).
+
+    Per example, not per batch: CAPE's public code normalises over the batch, which makes one
+    user's release depend on the other users' texts.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    low = x.min(axis=1, keepdims=True)
+    span = x.max(axis=1, keepdims=True) - low
+    return np.divide(x - low, span, out=np.zeros_like(x), where=span > 0)
+
+
+def laplace_rows(x: np.ndarray, uids: Sequence[str], *, epsilon: float, sensitivity: float,
+                 ctx: RunContext, key: tuple) -> np.ndarray:
+    """``x + Laplace(0, sensitivity/epsilon)`` with fresh noise per example and per dimension.
+
+    Each row draws from its own generator, derived from the run seed, ``key`` and the record's uid.
+    (Public CAPE code adds one noise vector shared by the whole batch, public DPNR code one scalar
+    per example; neither is local DP per example.)
+    """
+    epsilon = check_epsilon(epsilon)
+    out = np.empty(np.shape(x), dtype=np.float64)
+    for i, uid in enumerate(uids):
+        out[i] = privatize_laplace(np.asarray(x[i:i + 1], dtype=np.float64), epsilon, sensitivity,
+                                   ctx.rng(*key, uid))[0]
+    return out
+
+
+def check_sensitivity(value: object) -> float:
+    """Validates the per-coordinate sensitivity used for the Laplace scale (finite, > 0)."""
+    return check_privacy_parameter("sensitivity", value, allow_inf=False)
+
+
+def word_dropout(text: str, rate: float, rng: np.random.Generator) -> tuple[str, int, int]:
+    """Drop each whitespace-separated word independently with probability ``rate``.
+
+    Returns:
+        The kept words joined by single spaces, the number of words, and the number dropped.
+    """
+    words = text.split()
+    if rate == 0.0 or not words:
+        return " ".join(words), len(words), 0
+    keep = rng.random(len(words)) >= rate
+    return " ".join(w for w, k in zip(words, keep) if k), len(words), int((~keep).sum())
+
+
+def require_attribute(records: Sequence[Record], attribute: str, *, who: str) -> np.ndarray:
+    """Mask of records that carry ``attribute``; a :class:`DataError` naming it when none does."""
+    mask = np.array([r.attributes.get(attribute) not in (None, "") for r in records], dtype=bool)
+    if not mask.any():
+        raise DataError(
+            f"{who} needs the private attribute {attribute!r} on its training records, but none of the "
+            f"{len(records)} records has it. Datasets with {attribute!r}: {', '.join(datasets_with(attribute))}. "
+            f"Train on one of them (or on a mix with a labelled dataset, see scripts/fig7_comparison.py).")
+    return mask
+
+
+def datasets_with(attribute: str) -> list[str]:
+    """Registered datasets whose loaders declare ``attribute`` (by their documented attribute sets)."""
+    # Declared statically: listing them by loading every dataset would read every file on disk.
+    known = {"gender": ["trustpilot", "trustpilot_uk", "blogs", "synthetic"],
+             "age": ["trustpilot", "trustpilot_uk", "blogs", "synthetic"],
+             "location": ["trustpilot_uk"]}
+    return known.get(attribute, ["none of the built-in datasets"])
+
+

@@ -1,0 +1,160 @@
+"""Shared behaviour of the text-to-text defenses (T2T, PCT2T, RAPT's user side).
+
+A text defense privatizes every text the user sends: the training texts the service customizes
+on (``fit``) and the test texts it answers (``release``; users privatize at inference too, RAPT
+Sec. III). Utility is therefore measured on privatized train and privatized test text, and the
+test release the eavesdropper sees is the very text the service classifies.
+
+Privacy is set by ``eta`` or, equivalently, by a target word-replacement probability
+``replacement``, which is turned into η by calibration on public text (never the victim's data).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from rapt_audit.api.types import Estimate, Record, Release, uid_key
+from rapt_audit.data.public import public_corpus
+from rapt_audit.mechanisms.calibration import ReplacementCount, check_target, find_eta
+from rapt_audit.mechanisms.noise import check_eta
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.utility.customize import check_method, check_positions, resolve_settings
+from rapt_audit.utility.customized import customized_utility
+from rapt_audit.utility.probes import bow_probe_utility, pair_text, require_labels
+
+
+@dataclass
+class TextDefense:
+    """Base class of text defenses; subclasses implement :meth:`privatize` and set ``name``.
+
+    Attributes:
+        eta: dχ privacy parameter (> 0; ``inf`` means no privacy).
+        replacement: If set, a target word-replacement probability in (0, 1) that overrides
+            ``eta``: η is calibrated on public text at fit time and recorded in the release.
+    """
+
+    name: ClassVar[str] = "text"
+    exposes: ClassVar[frozenset[str]] = frozenset({"texts"})
+    profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    eta: float = 100.0
+    replacement: float | None = None
+    method: str = "bow"
+    epochs: int | None = None
+    lr: float | None = None
+    batch_size: int | None = None
+    max_length: int | None = None
+    virtual_tokens: int | None = None
+    _training: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _eta: float | None = field(default=None, init=False, repr=False)
+    _calibration: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
+    _released: dict[int, tuple[list[str], ReplacementCount]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.eta = check_eta(self.eta)
+        if self.replacement is not None:
+            self.replacement = check_target(self.replacement)
+        if self.method != "bow":
+            check_method(self.method)
+
+    def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
+                  ctx: RunContext) -> tuple[list[str], ReplacementCount]:
+        """Privatize ``texts`` at ``eta``; return the released texts and the replacement count."""
+        raise NotImplementedError
+
+    def add_public_prefix(self, texts: list[str], *, eta: float, rng: np.random.Generator,
+                          ctx: RunContext) -> list[str]:
+        """Hook for public material the user prepends to every privatized text (RAPT's plain tokens)."""
+        return texts
+
+    def replacement_count(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
+                          ctx: RunContext) -> ReplacementCount:
+        """How many units of ``texts`` the mechanism replaces at ``eta`` (for calibration)."""
+        return self.privatize(texts, eta=eta, rng=rng, ctx=ctx)[1]
+
+    def effective_eta(self, ctx: RunContext) -> float:
+        """η in force: ``eta``, or the η calibrated for ``replacement`` (computed once)."""
+        if self._eta is None:
+            if self.replacement is None:
+                self._eta = self.eta
+            else:
+                corpus_name, texts = public_corpus(ctx)
+                seed = ctx.seed_for("calibration", self.name)
+                self._eta = find_eta(lambda eta, rng: self.replacement_count(texts, eta=eta, rng=rng, ctx=ctx),
+                                     self.replacement, seed=seed)
+                self._calibration = {"target_replacement": self.replacement, "calibrated_eta": self._eta,
+                                     "calibration_corpus": corpus_name, "calibration_sentences": len(texts)}
+        return self._eta
+
+    def fit(self, train: Sequence[Record], *, ctx: RunContext) -> TextDefense:
+        """Check the customization settings, resolve η and remember the training records.
+
+        The settings are checked here, before any privatization, so that a prompt too long for the
+        model fails in a second rather than after minutes of work.
+        """
+        if self.method != "bow":
+            settings = resolve_settings(self.method, ctx.profile, self.training_overrides())
+            plain = self.customization_options(ctx).get("plain")
+            check_positions(settings, len(plain.words) if plain else 0,
+                            int(ctx.encoder().model.config.max_position_embeddings))
+        self.effective_eta(ctx)
+        self._train = tuple(train)
+        return self
+
+    def _privatize_records(self, records: Sequence[Record], ctx: RunContext) -> tuple[list[str], ReplacementCount]:
+        key = uid_key(records)
+        if key not in self._released:
+            rng = ctx.rng("release", self.name, key)
+            eta = self.effective_eta(ctx)
+            texts, count = self.privatize([r.text for r in records], eta=eta, rng=rng, ctx=ctx)
+            pairs = [r.text_pair for r in records]
+            if any(p is not None for p in pairs):
+                pair_texts, pair_count = self.privatize([p or "" for p in pairs], eta=eta, rng=rng, ctx=ctx)
+                count.add(pair_count)
+                texts = [pair_text(t, p if r.text_pair is not None else None)
+                         for t, p, r in zip(texts, pair_texts, records)]
+            texts = self.add_public_prefix(texts, eta=eta, rng=rng, ctx=ctx)
+            self._released = {key: (texts, count)} | {k: v for k, v in list(self._released.items())[-3:]}
+        return self._released[key]
+
+    def release(self, records: Sequence[Record], *, ctx: RunContext) -> Release:
+        """The privatized texts (deterministic for a given run seed and set of records)."""
+        texts, count = self._privatize_records(records, ctx)
+        eta = self.effective_eta(ctx)
+        meta = {"mechanism": self.name, "eta": "inf" if math.isinf(eta) else eta,
+                "observed_replacement": None if math.isnan(count.rate) else count.rate,
+                "units_perturbed": count.perturbed, "units_dropped": count.dropped, **self._calibration,
+                **({"customization": self._training} if self._training else {})}
+        return Release(uids=[r.uid for r in records], texts=texts, meta=meta)
+
+    def training_overrides(self) -> dict[str, Any]:
+        """The customization settings the user set explicitly (None means the profile default)."""
+        return {"epochs": self.epochs, "lr": self.lr, "batch_size": self.batch_size, "max_length": self.max_length,
+                "virtual_tokens": self.virtual_tokens}
+
+    def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
+        """Task utility: the service customizes on privatized train text and answers the privatized test release.
+
+        ``method="bow"`` is a quick TF-IDF + logistic-regression probe; ``prompt``, ``prefix``, ``lora``
+        and ``full`` customize the public encoder (rapt_audit.utility.customize).
+        """
+        y_train = require_labels(self._train, split="victim_train")
+        y_test = require_labels(test, split="victim_test")
+        train_texts, _ = self._privatize_records(self._train, ctx)
+        test_texts, _ = self._privatize_records(test, ctx)
+        if self.method == "bow":
+            return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", self.name))
+
+        estimates, self._training = customized_utility(
+            train_texts, y_train, test_texts, y_test, method=self.method, overrides=self.training_overrides(),
+            ctx=ctx, key=self.name, **self.customization_options(ctx))
+        return estimates
+
+    def customization_options(self, ctx: RunContext) -> dict[str, Any]:
+        """Extra arguments of the service's training (RAPT adds its plain tokens and reconstruction)."""
+        return {}

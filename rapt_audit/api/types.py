@@ -1,0 +1,250 @@
+"""Core data types and plugin protocols of rapt-audit.
+
+Everything that crosses a module boundary is one of the frozen dataclasses below, so that a
+defense, an attack, the runner and the report all speak the same small vocabulary:
+
+* :class:`Record` — one example of a dataset, with its private attributes and gold entities.
+* :class:`Release` — exactly what crosses the trust boundary (what the adversary observes).
+* :class:`Estimate` — a number with its confidence interval.
+* :class:`AttackResult` — what one attack measured against one release.
+* :class:`Defense` / :class:`Attack` — the plugin protocols (plain dataclasses satisfy them).
+
+This module must stay cheap to import: no torch, no transformers, no numpy at import time.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import numpy as np
+
+    from rapt_audit.pipeline.context import RunContext
+
+#: The kinds of release a defense can expose (DESIGN.md §2).
+RELEASE_KINDS = frozenset({"texts", "token_embeddings", "sequence_embeddings"})
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True)
+class Span:
+    """A gold entity span over ``Record.text``: characters ``[start, end)`` with a type label."""
+
+    start: int
+    end: int
+    label: str
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.start < self.end):
+            raise ValueError(f"entity span must satisfy 0 <= start < end, got [{self.start}, {self.end})")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One example: the private text a user would privatize, plus what an auditor knows about it.
+
+    Attributes:
+        uid: Identifier unique within the dataset (``"sst2/train/17"``); used to keep victim and
+            attacker data disjoint.
+        text: The raw text (for pair tasks, the first text).
+        label: Task label index (``None`` when the dataset has no task label).
+        attributes: Private attributes (``gender``, ``age``...) as strings, for attribute inference.
+        entities: Gold entity spans over ``text``, for the NER extraction attack.
+        text_pair: Second text of a pair task (QQP), else ``None``.
+    """
+
+    uid: str
+    text: str
+    label: int | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    entities: tuple[Span, ...] = ()
+    text_pair: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", _frozen_mapping(self.attributes))
+        object.__setattr__(self, "entities", tuple(self.entities))
+        for span in self.entities:
+            if span.end > len(self.text):
+                raise ValueError(f"record {self.uid}: entity span {span} runs past the end of the text")
+
+
+@dataclass(frozen=True)
+class Release:
+    """What the adversary observes for a batch of records, in the records' order.
+
+    Exactly one or more of ``texts``, ``token_embeddings`` and ``sequence_embeddings`` is set,
+    matching the defense's ``exposes`` set.
+
+    Attributes:
+        uids: The uids of the released records, in order.
+        texts: Privatized texts (text-to-text defenses).
+        token_embeddings: One ``(n_tokens_i, d)`` array per record (noisy token embeddings).
+        sequence_embeddings: One ``(n, d)`` array, a privatized vector per record.
+        meta: Free-form facts about the release a fair attacker may know (mechanism, eta, ...).
+    """
+
+    uids: tuple[str, ...]
+    texts: tuple[str, ...] | None = None
+    token_embeddings: tuple[np.ndarray, ...] | None = None
+    sequence_embeddings: np.ndarray | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uids", tuple(self.uids))
+        object.__setattr__(self, "meta", _frozen_mapping(self.meta))
+        if self.texts is not None:
+            object.__setattr__(self, "texts", tuple(self.texts))
+        if self.token_embeddings is not None:
+            object.__setattr__(self, "token_embeddings", tuple(self.token_embeddings))
+        n = len(self.uids)
+        for kind in self.kinds:
+            length = len(getattr(self, kind))
+            if length != n:
+                raise ValueError(f"release has {n} uids but {length} {kind}")
+
+    def user_texts(self) -> tuple[str, ...] | None:
+        """The released texts without the public prefix a protocol prepends to each (RAPT's plain tokens).
+
+        ``meta["plain_prefix_words"]`` = m says that every text starts with m space-separated public
+        words; the adversary knows the protocol, so attacks read only what follows them.
+        """
+        m = int(self.meta.get("plain_prefix_words", 0) or 0)
+        if self.texts is None or m == 0:
+            return self.texts
+        return tuple(parts[m] if len(parts) > m else "" for parts in (t.split(" ", m) for t in self.texts))
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The release kinds actually present."""
+        return frozenset(k for k in RELEASE_KINDS if getattr(self, k) is not None)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with a two-sided confidence interval.
+
+    Attributes:
+        value: The point estimate.
+        ci_low: Lower end of the interval.
+        ci_high: Upper end of the interval.
+        n: The number of independent units the interval is computed over.
+        method: How the interval was computed (``"bootstrap-percentile"``, ``"wilson"``...).
+        level: Confidence level of the interval.
+    """
+
+    value: float
+    ci_low: float
+    ci_high: float
+    n: int = 0
+    method: str = ""
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        for name in ("value", "ci_low", "ci_high"):
+            if math.isnan(getattr(self, name)):
+                raise ValueError(f"Estimate.{name} is NaN")
+        if not (self.ci_low <= self.value <= self.ci_high):
+            raise ValueError(f"Estimate value {self.value} lies outside its interval [{self.ci_low}, {self.ci_high}]")
+
+    def complement(self) -> Estimate:
+        """``1 - self``, with the interval flipped (attack success → empirical privacy)."""
+        return Estimate(1.0 - self.value, 1.0 - self.ci_high, 1.0 - self.ci_low, self.n, self.method, self.level)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form used in ``result.json``."""
+        return {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "n": self.n, "method": self.method, "level": self.level}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
+        """Inverse of :meth:`to_dict`."""
+        return cls(float(data["value"]), float(data["ci_low"]), float(data["ci_high"]),
+                   int(data.get("n", 0)), str(data.get("method", "")), float(data.get("level", 0.95)))
+
+
+@dataclass(frozen=True)
+class AttackResult:
+    """What one attack measured against one release.
+
+    Attributes:
+        empirical_privacy: The headline number, higher-is-better for the defender: ``1 - attack
+            success`` as in the RAPT paper (for MSE-type attacks, the MSE itself).
+        metrics: Every metric the attack computed, by registered metric name.
+        details: Extra JSON-serialisable facts (baselines, sample sizes, silver-scoring flags...).
+    """
+
+    empirical_privacy: Estimate
+    metrics: Mapping[str, Estimate]
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metrics", _frozen_mapping(self.metrics))
+        object.__setattr__(self, "details", _frozen_mapping(self.details))
+
+
+@dataclass(frozen=True)
+class AttackerData:
+    """The adversary's own auxiliary data, disjoint from every victim record.
+
+    Attributes:
+        train: Records the attacker trains on.
+        valid: Records the attacker selects epochs and thresholds on (never the victim's test split).
+    """
+
+    train: tuple[Record, ...]
+    valid: tuple[Record, ...]
+
+
+@runtime_checkable
+class Defense(Protocol):
+    """A local privacy defense: a dataclass whose fields are its hyperparameters.
+
+    ``fit`` trains whatever the defense needs for its task model on privatized victim-train data,
+    ``utility`` measures task quality on victim-test data, and ``release`` returns what the adversary
+    observes. Heavy imports (torch, transformers) happen inside these methods, never at import time.
+    """
+
+    name: ClassVar[str]
+    exposes: ClassVar[frozenset[str]]
+
+    def fit(self, train: Sequence[Record], *, ctx: RunContext) -> Defense: ...
+
+    def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]: ...
+
+    def release(self, records: Sequence[Record], *, ctx: RunContext) -> Release: ...
+
+
+@runtime_checkable
+class Attack(Protocol):
+    """An adversary: a dataclass whose fields are its hyperparameters.
+
+    Attacks are adaptive by default: ``fit`` may call ``defense.release`` on the attacker's own data
+    (Kerckhoffs: the mechanism and its parameter are public). ``attack`` then scores the victim's
+    release against the victim's original records (``truth``), which only the auditor holds.
+    """
+
+    name: ClassVar[str]
+    requires: ClassVar[frozenset[str]]
+
+    def fit(self, aux: AttackerData, defense: Defense, *, ctx: RunContext) -> Attack: ...
+
+    def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult: ...
+
+
+class Skip(Exception):
+    """Raised by an attack (or the runner) when a pair cannot run; the message is the reason.
+
+    A skip is recorded in ``result.json`` as ``{"skipped": reason}`` and is not an error.
+    """
+
+
+def uid_key(records: Sequence[Record]) -> int:
+    """A stable key of a set of records, so each distinct batch gets its own noise stream."""
+    return zlib.crc32("\n".join(r.uid for r in records).encode("utf-8"))

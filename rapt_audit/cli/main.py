@@ -1,0 +1,160 @@
+"""The ``rapt-audit`` command line. Thin: it parses, builds a RunConfig and calls the library.
+
+Exit codes: 0 success; 2 usage or input errors (a message names the problem and the fix, and no
+result is written); 130 interrupted; 1 an unexpected failure (a bug: please report it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from rapt_audit.api.errors import RaptAuditError
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
+from rapt_audit.api.registry import describe
+from rapt_audit.api.version import __version__
+from rapt_audit.cli import calibrate
+from rapt_audit.cli.calibrate import cmd_calibrate
+from rapt_audit.data import DATASETS
+from rapt_audit.pipeline import sweep
+from rapt_audit.pipeline.config import build_config
+from rapt_audit.pipeline.runner import run
+from rapt_audit.reporting import check, leaderboard, report
+from rapt_audit.reporting.check import cmd_check
+from rapt_audit.reporting.leaderboard import cmd_leaderboard
+from rapt_audit.reporting.report import cmd_report
+from rapt_audit.scoring.metrics import METRICS
+
+EPILOG = """examples:
+  rapt-audit run --defense identity --attacks all --dataset sst2 --out runs/demo
+  rapt-audit run --defense identity --set data.victim_test=300 --profile smoke
+  rapt-audit run --defense t2t --sweep eta=25,75,125,inf --out runs/t2t-eta
+  rapt-audit report runs/t2t-eta --out runs/t2t-eta/report.html
+  rapt-audit ls attacks
+data: --data-dir DIR or RAPT_AUDIT_DATA=DIR (the folder holding sst2/, trustpilot/, conll2003/ ...)."""
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="audit one defense against a selection of attacks",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    S = argparse.SUPPRESS  # only flags the user typed reach the config (defaults < file < CLI)
+    p.add_argument("--defense", default=S, help="defense name (rapt-audit ls defenses)")
+    p.add_argument("--attacks", default=S, help="selection: all | a,b | tag:x | -name (default all)")
+    p.add_argument("--dataset", default=S, help="dataset name (default sst2 with a data directory, else synthetic)")
+    p.add_argument("--model", default=S, help="minilm (bundled), a Hugging Face id or a local directory")
+    p.add_argument("--profile", default=S, choices=["smoke", "cpu", "paper"], help="cost profile (default cpu)")
+    p.add_argument("--seed", default=S, type=int, help="run seed (default 0)")
+    p.add_argument("--out", default=S, help="output directory (default runs/<defense>-<dataset>-...)")
+    p.add_argument("--config", default=None, help="TOML or JSON file of run settings")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a parameter: eta=100, defense.eta=100, attacks.NAME.PARAM=V, data.victim_test=N")
+    p.add_argument("--device", default=S, choices=["auto", "cpu", "cuda"], help="torch device (default auto)")
+    p.add_argument("--data-dir", dest="data_dir", default=S, help="data directory (default $RAPT_AUDIT_DATA)")
+    p.add_argument("--force", action="store_true", default=S, help="re-run even if --out holds this run")
+    p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
+                        "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``rapt-audit``."""
+    parser = argparse.ArgumentParser(prog="rapt-audit", description=(
+        "Audit local privacy defenses for text: attack each defense as a real adversary would and "
+        "measure privacy leakage and task utility on the same data."))
+    parser.add_argument("--version", action="version", version=f"rapt-audit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("ls", help="list defenses, attacks, datasets or metrics")
+    ls.add_argument("kind", nargs="?", default="all", choices=["all", "defenses", "attacks", "datasets", "metrics"])
+    _add_run(sub)
+
+    for module in (calibrate, report, leaderboard, check):
+        module.add_parser(sub)
+    return parser
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    """Print the registered plugins with their tags and first docstring line."""
+    load()
+    kinds = ["defenses", "attacks", "datasets", "metrics"] if args.kind == "all" else [args.kind]
+    registries = {"defenses": DEFENSES, "attacks": ATTACKS, "datasets": DATASETS, "metrics": METRICS}
+    for kind in kinds:
+        print(f"{kind}:")
+        for entry in registries[kind].entries():
+            extra = ""
+            if kind == "defenses":
+                extra = f" [releases {', '.join(sorted(entry.obj.exposes))}]"
+            elif kind == "attacks":
+                extra = f" [needs {' or '.join(sorted(entry.obj.requires))}]"
+            elif kind == "metrics":
+                m = entry.obj
+                extra = f" [{m.kind}, {'higher' if m.higher_is_better else 'lower'} is better for the defender]"
+            tags = f" (tags: {', '.join(entry.tags)})" if entry.tags else ""
+            text = entry.obj.description if kind == "metrics" else describe(entry.obj)
+            print(f"  {entry.name:<18} {text}{extra}{tags}")
+    return 0
+
+
+def format_result(result: Any) -> str:
+    """A short plain-text table of one result (utility, then each attack)."""
+    lines = [f"defense {result.defense['name']} on {result.dataset['name']}  ({result.signature})"]
+    for warning in result.warnings:
+        lines.append(f"WARNING: {warning}")
+    lines.append(f"{'measure':<40} {'value':>8}   95% CI")
+    for name, est in result.utility.items():
+        lines.append(f"{'utility ' + name + ' ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
+    for name, outcome in result.attacks.items():
+        if isinstance(outcome, str):
+            lines.append(f"{name + ' empirical privacy':<40} {'skipped':>8}   {outcome}")
+            continue
+        est = outcome.empirical_privacy
+        lines.append(f"{name + ' empirical privacy ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Build the RunConfig from file, flags and --set pairs, run it and print the table."""
+    keys = ("defense", "attacks", "dataset", "model", "profile", "seed", "out", "device", "data_dir", "force")
+    cli = {k: getattr(args, k) for k in keys if hasattr(args, k)}
+    config = build_config(file=args.config, cli=cli, sets=args.sets)
+    log = None if args.quiet else (lambda msg: print(f"[rapt-audit] {msg}", file=sys.stderr, flush=True))
+    progress = not args.quiet and sys.stderr.isatty()
+    if args.sweeps:
+        return _run_sweep(args, cli, config, log=log, progress=progress)
+    result = run(config, log=log, progress=progress)
+    print(format_result(result))
+    return 0
+
+
+def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log: Any, progress: bool) -> int:
+    """``run --sweep``: expand the grid, run the cells that are not complete, print one line per cell."""
+    axes = sweep.parse_axes(args.sweeps)
+    out = Path(base.out) if base.out else sweep.default_sweep_dir(base, axes)
+    cells = sweep.expand(axes=axes, file=args.config, cli=cli, sets=args.sets, out=out)
+    results = sweep.run_sweep(cells, out=out, axes=axes, log=log, progress=progress)
+    print(sweep.format_sweep(results))
+    print(f"sweep directory: {out} (render it with: rapt-audit report {out} --out {out / 'report.html'})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rapt-audit`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+
+    commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
+                "leaderboard": cmd_leaderboard, "check": cmd_check}
+    try:
+        return commands[args.command](args)
+    except RaptAuditError as exc:
+        print(f"rapt-audit: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rapt-audit: interrupted; no result was written for the unfinished run", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""The public encoder: loading it offline, its vocabulary and embedding table, running it on embeddings.
+
+Owns: :mod:`~rapt_audit.encoder.models` (loading, device, fingerprints, threads),
+:mod:`~rapt_audit.encoder.vocab` (the regular vocabulary and its input-embedding vectors) and
+:mod:`~rapt_audit.encoder.encode` (token ids, the input table, pooled outputs of possibly noisy
+embeddings). Defenses and attacks both read the vocabulary and embeddings from here, never through
+each other.
+
+May import: :mod:`rapt_audit.api`; torch and transformers inside functions.
+"""

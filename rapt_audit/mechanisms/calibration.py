@@ -1,0 +1,158 @@
+"""Calibration: word-replacement probability per η, the η for a target probability, and
+plausible deniability.
+
+Equal η is not equal protection across embedding models (RAPT Sec. V-D, Table III), so the suite
+compares defenses at equal **word-replacement probability**: the fraction of privatized units whose
+released word differs from the input. It is measured on public text (WikiText-2 when a data
+directory is configured, else the synthetic demo corpus), never on the data being protected.
+
+:func:`find_eta` searches η for a target probability by bisection on log η with common random
+numbers: every evaluation reuses the same seed, and numpy draws Gamma(d, 1/η) as
+standard-Gamma / η, so the noise of one evaluation is a rescaling of the next and the measured
+probability moves smoothly with η.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.types import Estimate
+from rapt_audit.scoring.stats import wilson
+
+
+@dataclass
+class ReplacementCount:
+    """How many privatized units changed (the RAPT Table III word-replacement measure)."""
+
+    perturbed: int = 0
+    replaced: int = 0
+    dropped: int = 0
+
+    def add(self, other: ReplacementCount) -> None:
+        """Accumulate another count into this one."""
+        self.perturbed += other.perturbed
+        self.replaced += other.replaced
+        self.dropped += other.dropped
+
+    @property
+    def rate(self) -> float:
+        """Observed replacement probability (NaN when nothing was perturbed)."""
+        return self.replaced / self.perturbed if self.perturbed else math.nan
+
+
+#: ``counter(eta, rng)`` privatizes a fixed calibration corpus and counts replacements.
+Counter = Callable[[float, np.random.Generator], ReplacementCount]
+
+#: RAPT Table III (BERT-base): eta → published word-replacement probability, for reference columns.
+RAPT_TABLE_III = {25.0: 0.94, 75.0: 0.85, 125.0: 0.45, 150.0: 0.14, 175.0: 0.05}
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    """Measured replacement probability at one η."""
+
+    eta: float
+    replacement: Estimate
+    units: int
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form."""
+        return {"eta": "inf" if math.isinf(self.eta) else self.eta, "replacement": self.replacement.to_dict(),
+                "units": self.units, "rapt_table_iii_bert_base": RAPT_TABLE_III.get(self.eta)}
+
+
+def replacement_probability(counter: Counter, eta: float, *, seed: int) -> CalibrationRow:
+    """Replacement probability at ``eta`` with a Wilson interval over privatized units."""
+    count = counter(eta, np.random.default_rng(seed))
+    if count.perturbed == 0:
+        raise UsageError("the calibration corpus produced no privatizable units")
+    return CalibrationRow(eta, wilson(count.replaced, count.perturbed), count.perturbed)
+
+
+def check_target(target: float) -> float:
+    """A target replacement probability must lie strictly between 0 and 1."""
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0.0 < float(target) < 1.0:
+        raise UsageError(f"replacement={target!r} must be a probability strictly between 0 and 1")
+    return float(target)
+
+
+def find_eta(counter: Counter, target: float, *, seed: int, start: float = 100.0, iterations: int = 12) -> float:
+    """The η whose measured replacement probability is closest to ``target`` (bisection on log η).
+
+    The bracket grows geometrically from ``start`` until it contains the target (so no time is
+    spent at absurdly small η, where every candidate is equally far and search is slowest), then
+    ``iterations`` bisection steps narrow it to a factor of about ``2**(-iterations)`` in log η.
+
+    Raises:
+        UsageError: when ``target`` is unreachable for η between 1e-3 and 1e7.
+    """
+    target = check_target(target)
+
+    def rate(eta: float) -> float:
+        return counter(eta, np.random.default_rng(seed)).rate
+
+    lo = hi = math.log(start)
+    step = math.log(4.0)
+    while rate(math.exp(lo)) < target:  # too few replacements: more noise, smaller eta
+        lo -= step
+        if lo < math.log(1e-3):
+            raise UsageError(f"replacement={target} is not reachable: even eta=1e-3 replaces less")
+    while rate(math.exp(hi)) > target:
+        hi += step
+        if hi > math.log(1e7):
+            raise UsageError(f"replacement={target} is not reachable: even eta=1e7 replaces more")
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        if rate(math.exp(mid)) > target:
+            lo = mid  # too many replacements: less noise, larger eta
+        else:
+            hi = mid
+    return float(math.exp((lo + hi) / 2))
+
+
+@dataclass(frozen=True)
+class Deniability:
+    """Plausible deniability of token-level T2T (Qu et al. 2021, Sec. 5.3).
+
+    For each sampled regular token w, perturbed ``repeats`` times: ``n_w`` counts outputs equal to w
+    and ``s_w`` counts distinct outputs.
+    """
+
+    eta: float
+    repeats: int
+    tokens: tuple[str, ...]
+    n_w: np.ndarray
+    s_w: np.ndarray
+
+    def summary(self) -> dict[str, object]:
+        """Quantiles of N_w and S_w plus the raw per-token values (for histograms)."""
+        q = [0.05, 0.25, 0.5, 0.75, 0.95]
+        return {"eta": "inf" if math.isinf(self.eta) else self.eta, "repeats": self.repeats,
+                "tokens_sampled": len(self.tokens),
+                "n_w_quantiles": dict(zip(map(str, q), np.quantile(self.n_w, q).tolist())),
+                "s_w_quantiles": dict(zip(map(str, q), np.quantile(self.s_w, q).tolist())),
+                "n_w_mean": float(self.n_w.mean()), "s_w_mean": float(self.s_w.mean()),
+                "n_w": self.n_w.tolist(), "s_w": self.s_w.tolist()}
+
+
+def plausible_deniability(privatize_rows: Callable[[np.ndarray, np.random.Generator], np.ndarray],
+                          rows: np.ndarray, tokens: Sequence[str], *, eta: float, repeats: int,
+                          rng: np.random.Generator) -> Deniability:
+    """N_w and S_w for each row in ``rows`` (rows into the regular table), ``repeats`` draws each.
+
+    ``privatize_rows(rows, rng)`` must return the released row for each input row.
+    """
+    if repeats < 1:
+        raise UsageError(f"repeats must be at least 1, got {repeats}")
+    n_w = np.empty(len(rows), dtype=np.int64)
+    s_w = np.empty(len(rows), dtype=np.int64)
+    for i, row in enumerate(rows):
+        released = privatize_rows(np.full(repeats, row, dtype=np.int64), rng)
+        n_w[i] = int((released == row).sum())
+        s_w[i] = len(np.unique(released))
+    return Deniability(eta, repeats, tuple(tokens), n_w, s_w)

@@ -1,0 +1,66 @@
+"""Run-scoped construction of the privatization engines (built once per run, shared by defenses
+and by adaptive attackers that re-run the mechanism on their own data)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rapt_audit.encoder.vocab import EmbeddingSpace, embedding_space
+from rapt_audit.mechanisms.nn_search import nearest_index
+from rapt_audit.mechanisms.pos import load_tagger, spacy_version_key, vocabulary_lexicon
+from rapt_audit.mechanisms.privatize import TokenEngine, WordEngine
+
+if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and hands it down
+    from rapt_audit.pipeline.context import RunContext
+
+
+def tagger(ctx: RunContext):  # noqa: ANN201 - spacy.Language
+    """spaCy's tagger, loaded once per run."""
+    return ctx.shared(("tagger",), load_tagger)
+
+
+def token_engine(ctx: RunContext) -> TokenEngine:
+    """Token-level T2T over the model's regular vocabulary."""
+
+    def build() -> TokenEngine:
+        space = embedding_space(ctx)
+        return TokenEngine(space, ctx.encoder().tokenizer, nearest_index(ctx, "regular", space.vectors))
+
+    return ctx.shared(("token_engine", ctx.model), build)
+
+
+def pos_groups(ctx: RunContext) -> dict[str, np.ndarray]:
+    """POS category → rows of its candidate words (the vocabulary lexicon, cached on disk)."""
+
+    def build() -> dict[str, np.ndarray]:
+        space = embedding_space(ctx)
+        words = [t for t, cont in zip(space.tokens, space.is_continuation) if not cont]
+        cache = ctx.cache_dir / "pos" / f"{space.model_fingerprint[:16]}-{spacy_version_key()}.json"
+        lexicon = vocabulary_lexicon(tagger(ctx), words, cache_file=cache)
+        row_of = {token: row for row, token in enumerate(space.tokens)}
+        return {category: np.array([row_of[w] for w in members if w in row_of], dtype=np.int64)
+                for category, members in lexicon.items()}
+
+    return ctx.shared(("pos_groups", ctx.model), build)
+
+
+def whole_word_rows(space: EmbeddingSpace) -> np.ndarray:
+    """Rows of regular tokens that are whole words (not continuation pieces)."""
+    return np.flatnonzero(~space.is_continuation).astype(np.int64)
+
+
+def word_engine(ctx: RunContext, grouping: str) -> WordEngine:
+    """Word-level engine whose groups are POS categories (``"pos"``) or all whole words (``"word"``)."""
+
+    def build() -> WordEngine:
+        space = embedding_space(ctx)
+        groups = pos_groups(ctx) if grouping == "pos" else {"word": whole_word_rows(space)}
+
+        def index_for(group: str):  # noqa: ANN202
+            return nearest_index(ctx, f"{grouping}:{group}", space.vectors[groups[group]])
+
+        return WordEngine(space, ctx.encoder().tokenizer, groups, index_for)
+
+    return ctx.shared(("word_engine", ctx.model, grouping), build)

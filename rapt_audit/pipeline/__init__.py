@@ -1,0 +1,10 @@
+"""One audit end to end, and many: configuration, the run context, the runner, sweeps, result files.
+
+Owns: :mod:`~rapt_audit.pipeline.config` (RunConfig and its precedence rules),
+:mod:`~rapt_audit.pipeline.context` (RunContext: seeds, device, shared objects),
+:mod:`~rapt_audit.pipeline.runner` (``run(config)``), :mod:`~rapt_audit.pipeline.sweep` and
+:mod:`~rapt_audit.pipeline.results` (the result file, its signature and atomic writes).
+
+May import: every layer below it (api, scoring, encoder, data); it reaches the plugins only through
+the registries. Named ``pipeline`` rather than ``run`` so that :func:`rapt_audit.run` stays a function.
+"""

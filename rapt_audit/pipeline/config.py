@@ -1,0 +1,206 @@
+"""Run configuration: defaults < ``--config`` file < explicit CLI flags and ``--set`` pairs.
+
+A :class:`RunConfig` is plain data. :func:`build_config` merges the three sources; plugin
+parameters stay as given (often strings) and are type-checked when the plugins are built
+(:func:`rapt_audit.api.params.make_plugin`), so every unknown key or bad value fails before any work.
+
+``--set`` keys::
+
+    seed=3 | profile=cpu | dataset=sst2 | ...   run-level keys (see RUN_KEYS)
+    defense.eta=100  (or just eta=100)          a parameter of the selected defense
+    attacks.whitebox.topk=5                     a parameter of one attack
+    data.victim_test=500                        a split size
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from rapt_audit.api.errors import UnknownNameError, UsageError
+from rapt_audit.api.params import coerce, to_jsonable
+from rapt_audit.api.registry import unknown_name_message
+from rapt_audit.pipeline.context import PROFILES
+
+#: Split sizes per profile (upper bounds; scaled down for small datasets, see ``profile_split_sizes``).
+PROFILE_SPLITS: Mapping[str, Mapping[str, int | None]] = {
+    "smoke": {"victim_train": 200, "victim_test": 100, "attacker_train": 200, "attacker_valid": 100},
+    "cpu": {"victim_train": 2000, "victim_test": 500, "attacker_train": 2000, "attacker_valid": 500},
+    "paper": {"victim_train": None, "victim_test": None, "attacker_train": None, "attacker_valid": None},
+}
+SPLIT_KEYS = ("victim_train", "victim_test", "attacker_train", "attacker_valid")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines one run.
+
+    Attributes:
+        defense: Registered defense name.
+        attacks: Attack selection spec (``all``, ``a,b``, ``tag:x``, ``-name``).
+        dataset: Registered dataset name; ``None`` picks ``sst2`` when a data directory is
+            configured and the synthetic demo corpus otherwise.
+        model: ``minilm`` (bundled), a Hugging Face id or a local directory.
+        profile: ``smoke``, ``cpu`` or ``paper``.
+        seed: The run seed.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        out: Output directory (default: ``runs/<defense>-<dataset>-<profile>-s<seed>-<hash>``).
+        data_dir: Data directory (default: ``$RAPT_AUDIT_DATA``).
+        defense_args: Parameters of the defense.
+        attack_args: Attack name → its parameters.
+        data_args: Split sizes overriding the profile's.
+        force: Re-run even when ``out`` already holds this exact run.
+    """
+
+    defense: str = "identity"
+    attacks: str = "all"
+    dataset: str | None = None
+    model: str = "minilm"
+    profile: str = "cpu"
+    seed: int = 0
+    device: str = "auto"
+    out: str | None = None
+    data_dir: str | None = None
+    defense_args: Mapping[str, Any] = field(default_factory=dict)
+    attack_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    data_args: Mapping[str, int] = field(default_factory=dict)
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise UnknownNameError(unknown_name_message("profile", self.profile, list(PROFILES)))
+        if self.device not in {"auto", "cpu", "cuda"}:
+            raise UsageError(f"device={self.device!r} is not one of auto, cpu, cuda")
+        for key in self.data_args:
+            if key not in SPLIT_KEYS:
+                raise UnknownNameError(unknown_name_message("data key", key, list(SPLIT_KEYS)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (as stored in ``result.json``)."""
+        return to_jsonable(asdict(self))
+
+    def cell_id(self) -> str:
+        """Hash of everything that changes the result (not ``out``, ``force`` or ``device``)."""
+        data = {k: v for k, v in self.to_dict().items() if k not in {"out", "force", "device", "data_dir"}}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+#: Keys settable at the top level of a config file or with ``--set``.
+RUN_KEYS = tuple(f.name for f in fields(RunConfig) if f.name not in {"defense_args", "attack_args", "data_args"})
+_RUN_TYPES = {"defense": str, "attacks": str, "dataset": str | None, "model": str, "profile": str, "seed": int,
+              "device": str, "out": str | None, "data_dir": str | None, "force": bool}
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML or JSON config file into a dict.
+
+    Raises:
+        UsageError: when the file is missing, unreadable or not TOML/JSON.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"config file {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            try:
+                import tomllib  # lazy (tomllib)
+            except ImportError:  # Python 3.10
+                import tomli as tomllib  # type: ignore[no-redef]
+            data = tomllib.loads(text)
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise UsageError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must hold a table of keys")
+    return data
+
+
+def _apply(merged: dict[str, Any], data: Mapping[str, Any], *, origin: str) -> None:
+    valid = list(RUN_KEYS) + ["defense_args", "attack_args", "data_args"]
+    for key, value in data.items():
+        if key not in valid:
+            raise UnknownNameError(unknown_name_message(f"key in {origin}", key, valid))
+        if key in {"defense_args", "data_args"}:
+            merged[key] = {**merged[key], **dict(value)}
+        elif key == "attack_args":
+            for name, args in dict(value).items():
+                merged[key][name] = {**merged[key].get(name, {}), **dict(args)}
+        else:
+            merged[key] = coerce(value, _RUN_TYPES[key], key=key)
+
+
+def parse_set(pairs: list[str]) -> dict[str, Any]:
+    """Turn ``--set`` pairs into the nested form of a config file.
+
+    A bare key that is not a run-level key is taken as a defense parameter (``eta=100``).
+    """
+    nested: dict[str, Any] = {"defense_args": {}, "attack_args": {}, "data_args": {}}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--set expects key=value, got {pair!r}")
+        parts = key.split(".")
+        if parts[0] == "defense" and len(parts) == 2:
+            nested["defense_args"][parts[1]] = value
+        elif parts[0] in {"attacks", "attack"} and len(parts) == 3:
+            nested["attack_args"].setdefault(parts[1], {})[parts[2]] = value
+        elif parts[0] == "data" and len(parts) == 2:
+            nested["data_args"][parts[1]] = coerce(value, int, key=key)
+        elif len(parts) == 1 and parts[0] in RUN_KEYS:
+            nested[parts[0]] = value
+        elif len(parts) == 1:
+            nested["defense_args"][parts[0]] = value
+        else:
+            raise UsageError(
+                f"--set key {key!r} is not understood; use a run key ({', '.join(RUN_KEYS)}), "
+                "defense.<param>, attacks.<attack>.<param> or data.<split> (" + ", ".join(SPLIT_KEYS) + ")")
+    return nested
+
+
+def build_config(*, file: str | Path | None = None, cli: Mapping[str, Any] | None = None,
+                 sets: list[str] | None = None) -> RunConfig:
+    """Merge dataclass defaults < config file < explicit CLI flags < ``--set`` pairs.
+
+    Args:
+        file: Optional TOML/JSON config file.
+        cli: Run-level keys the user typed on the command line (absent keys keep lower layers).
+        sets: ``--set key=value`` pairs.
+    """
+    merged: dict[str, Any] = asdict(RunConfig())
+    merged["defense_args"], merged["attack_args"], merged["data_args"] = {}, {}, {}
+    if file is not None:
+        _apply(merged, load_config_file(file), origin=f"config file {file}")
+    if cli:
+        _apply(merged, cli, origin="command line")
+    if sets:
+        _apply(merged, parse_set(sets), origin="--set")
+    return RunConfig(**merged)
+
+
+def profile_split_sizes(profile: str, n_records: int, overrides: Mapping[str, int]) -> dict[str, int | None]:
+    """Split sizes for ``profile`` on a dataset of ``n_records``.
+
+    Profile sizes are upper bounds: when a dataset is smaller than a profile asks for, the
+    profile's sizes are scaled down in proportion (explicit ``data.*`` overrides never are).
+    """
+    sizes = dict(PROFILE_SPLITS[profile])
+    fixed = {k: v for k, v in sizes.items() if v is not None and k not in overrides}
+    budget = n_records - sum(overrides.values())
+    total = sum(fixed.values())
+    if fixed and total > budget > 0:
+        scale = budget / total
+        sizes.update({k: max(1, math.floor(v * scale)) for k, v in fixed.items()})
+    sizes.update(overrides)
+    return sizes
+
+
+def with_defense(config: RunConfig, **defense_args: Any) -> RunConfig:
+    """A copy of ``config`` with some defense parameters replaced (used by sweeps)."""
+    return replace(config, defense_args={**config.defense_args, **defense_args})

@@ -1,0 +1,86 @@
+"""The run context handed to every plugin: seeds, device, model, profile and shared caches.
+
+One :class:`RunContext` lives for one run. Plugins draw their randomness from
+:meth:`RunContext.rng` (never from global state) and share expensive objects, such as the loaded
+encoder or an embedding table, through :meth:`RunContext.shared`, so that a model is loaded once
+per run however many defenses and attacks use it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+from rapt_audit.encoder.models import load_model
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from rapt_audit.encoder.models import LoadedModel
+
+T = TypeVar("T")
+
+#: Profiles trade fidelity for cost (DESIGN.md §7).
+PROFILES = ("smoke", "cpu", "paper")
+
+
+def derive_seed(seed: int, *key: object) -> int:
+    """A stable 63-bit seed for ``key`` derived from the run seed.
+
+    Uses crc32 of the key's text (not Python's salted ``hash``), so derived seeds are the same in
+    every process and on every machine.
+    """
+    import numpy as np  # lazy (numpy)
+
+    spawn_key = tuple(zlib.crc32(str(part).encode("utf-8")) for part in key)
+    state = np.random.SeedSequence(entropy=seed, spawn_key=spawn_key).generate_state(2, dtype=np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1]))
+
+
+@dataclass
+class RunContext:
+    """Everything a plugin may ask of the run it is part of.
+
+    Attributes:
+        seed: The run seed; every random choice is derived from it.
+        profile: ``smoke``, ``cpu`` or ``paper``.
+        device: The resolved torch device, ``"cpu"`` or ``"cuda"``.
+        model: The model spec (``"minilm"``, a Hugging Face id, or a local path).
+        cache_dir: Where expensive intermediate results are cached on disk.
+        progress: Whether to show progress bars.
+        data_dir: The configured data directory (``None``: ``$RAPT_AUDIT_DATA`` or none).
+    """
+
+    seed: int = 0
+    profile: str = "smoke"
+    device: str = "cpu"
+    model: str = "minilm"
+    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "rapt-audit")
+    progress: bool = False
+    data_dir: str | None = None
+    _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
+
+    def seed_for(self, *key: object) -> int:
+        """A seed for the component named by ``key`` (e.g. ``("attack", "mlp_inversion")``)."""
+        return derive_seed(self.seed, *key)
+
+    def rng(self, *key: object) -> np.random.Generator:
+        """A fresh numpy Generator for the component named by ``key``."""
+        import numpy as np  # lazy (numpy)
+
+        return np.random.default_rng(self.seed_for(*key))
+
+    def shared(self, key: tuple[Any, ...], factory: Callable[[], T]) -> T:
+        """Build ``factory()`` once per run under ``key`` and return the same object afterwards."""
+        if key not in self._memo:
+            self._memo[key] = factory()
+        return self._memo[key]
+
+    def encoder(self) -> LoadedModel:
+        """The run's pretrained encoder and tokenizer, loaded once per process (offline) and shared.
+
+        Treat it as read-only: plugins that train an encoder must copy it first.
+        """
+        return self.shared(("encoder", self.model, self.device), lambda: load_model(self.model, device=self.device))

@@ -1,0 +1,195 @@
+"""The result file: schema, provenance, comparability signature and atomic writes.
+
+``<out>/result.json`` holds one run::
+
+    schema      "rapt-audit/result/1"
+    signature   what makes two results comparable (data, splits, model, profile, attacks, version);
+                results are compared, grouped and gated only when their signatures match
+    cell_id     hash of the full configuration (the defense and its parameters included)
+    config      the RunConfig
+    dataset     name, task, synthetic flag, split sizes, notes
+    defense     name and resolved parameters
+    utility     metric -> {value, ci_low, ci_high, n, method, level}
+    attacks     attack -> {empirical_privacy: {...}, metrics: {...}, details: {...}} or {skipped: reason}
+    env         package versions, git sha, model and data fingerprints, seed, device, wall time
+    warnings    things a reader must know (synthetic data, departures from a paper)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Mapping
+
+from rapt_audit.api.errors import ResultError
+from rapt_audit.api.types import AttackResult, Estimate
+
+SCHEMA = "rapt-audit/result/1"
+RESULT_FILE = "result.json"
+SYNTHETIC_WARNING = ("SYNTHETIC DEMO DATA: these numbers come from the generated demo corpus, not from a real "
+                     "dataset; they show that the pipeline works and say nothing about real-world privacy.")
+_VERSIONED = ("rapt-audit", "numpy", "torch", "transformers", "peft", "scikit-learn", "spacy", "seqeval")
+
+
+@dataclass
+class RunResult:
+    """One run's outcome, as written to and read from ``result.json``."""
+
+    signature: str
+    cell_id: str
+    config: dict[str, Any]
+    dataset: dict[str, Any]
+    defense: dict[str, Any]
+    utility: dict[str, Estimate]
+    attacks: dict[str, AttackResult | str]
+    env: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    schema: str = SCHEMA
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether the run used the synthetic demo corpus."""
+        return bool(self.dataset.get("synthetic"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document."""
+        attacks: dict[str, Any] = {}
+        for name, outcome in self.attacks.items():
+            if isinstance(outcome, str):
+                attacks[name] = {"skipped": outcome}
+            else:
+                attacks[name] = {"empirical_privacy": outcome.empirical_privacy.to_dict(),
+                                 "metrics": {k: v.to_dict() for k, v in outcome.metrics.items()},
+                                 "details": dict(outcome.details)}
+        return {"schema": self.schema, "signature": self.signature, "cell_id": self.cell_id,
+                "config": self.config, "dataset": self.dataset, "defense": self.defense,
+                "utility": {k: v.to_dict() for k, v in self.utility.items()},
+                "attacks": attacks, "env": self.env, "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
+        """Inverse of :meth:`to_dict`."""
+        attacks: dict[str, AttackResult | str] = {}
+        for name, outcome in data["attacks"].items():
+            if "skipped" in outcome:
+                attacks[name] = str(outcome["skipped"])
+            else:
+                attacks[name] = AttackResult(Estimate.from_dict(outcome["empirical_privacy"]),
+                                             {k: Estimate.from_dict(v) for k, v in outcome["metrics"].items()},
+                                             outcome.get("details", {}))
+        return cls(signature=data["signature"], cell_id=data["cell_id"], config=dict(data["config"]),
+                   dataset=dict(data["dataset"]), defense=dict(data["defense"]),
+                   utility={k: Estimate.from_dict(v) for k, v in data["utility"].items()},
+                   attacks=attacks, env=dict(data["env"]), warnings=list(data.get("warnings", [])),
+                   schema=data["schema"])
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        # mkstemp creates 0600 files; results and reports are meant to be shared (umask decides, as for open()).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
+    """Write ``document`` as indented JSON to ``path`` atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(document, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def write_result(result: RunResult, out_dir: str | Path) -> Path:
+    """Write ``out_dir/result.json`` atomically and return its path."""
+    path = Path(out_dir) / RESULT_FILE
+    write_json_atomic(path, result.to_dict())
+    return path
+
+
+def read_result(path: str | Path) -> RunResult:
+    """Read a result file (or the result file in a run directory).
+
+    Raises:
+        ResultError: naming the file when it is missing, corrupt or of another schema.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULT_FILE
+    if not path.is_file():
+        raise ResultError(f"no result file at {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ResultError(f"result file {path} is corrupt: {exc}") from None
+    if not isinstance(data, dict) or "schema" not in data:
+        raise ResultError(f"{path} is not a rapt-audit result file (no 'schema' key)")
+    if data["schema"] != SCHEMA:
+        raise ResultError(f"result file {path} has schema {data['schema']!r}; this rapt-audit reads {SCHEMA!r}")
+    try:
+        return RunResult.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultError(f"result file {path} is incomplete or malformed: {exc!r}") from None
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that can change a result."""
+    versions = {}
+    for name in _VERSIONED:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def git_sha() -> str | None:
+    """The commit of the source tree rapt_audit was imported from, when it is a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def environment() -> dict[str, Any]:
+    """Provenance common to every run (the runner adds seeds, fingerprints and timings)."""
+    return {"versions": package_versions(), "python": platform.python_version(),
+            "platform": platform.platform(), "git_sha": git_sha()}
+
+
+def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, int], model: str,
+              model_fingerprint: str, profile: str, attacks: Mapping[str, Any], package_version: str) -> str:
+    """The comparability signature, sacrebleu style.
+
+    Two results may be compared (and share a leaderboard table) only when everything but the
+    defense and the seed is the same: data and its fingerprint, split sizes, model weights,
+    profile, attack settings and the package's minor version.
+    """
+    attack_hash = hashlib.sha256(json.dumps(attacks, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+    # Victim train/test, then attacker train/valid: the order the README documents.
+    order = ("victim_train", "victim_test", "attacker_train", "attacker_valid")
+    sizes = "/".join(str(split_sizes.get(k, 0)) for k in order)
+    minor = ".".join(package_version.split(".")[:2])
+    return (f"data:{dataset}@{data_fingerprint[:8]}|splits:{sizes}|model:{model}@{model_fingerprint[:8]}"
+            f"|profile:{profile}|attacks:{attack_hash}|v:{minor}")

@@ -1,0 +1,224 @@
+"""``run(config) -> RunResult``: one audit of one defense, end to end (DESIGN.md §5).
+
+1. Build the defense and the selected attacks (every bad name or value fails here, before work).
+2. Load the dataset and cut disjoint victim and attacker splits.
+3. ``defense.fit(victim_train)``; ``defense.utility(victim_test)``.
+4. ``defense.release(victim_test)`` once; every applicable attack is fitted on the attacker's own
+   data and scored on that one release. Inapplicable pairs are recorded as skipped with a reason.
+5. Write ``<out>/result.json`` atomically (nothing is written for a run that fails or is stopped).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from rapt_audit.api.errors import ResultError
+from rapt_audit.api.params import get_params, make_plugin, to_jsonable
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
+from rapt_audit.api.types import AttackResult, Skip
+from rapt_audit.api.version import __version__
+from rapt_audit.data import Dataset, SplitSizes, load_dataset, make_splits, resolve_data_dir
+from rapt_audit.encoder.models import resolve_device, resolve_model_path, weights_fingerprint
+from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.pipeline.results import (
+    RESULT_FILE,
+    SYNTHETIC_WARNING,
+    RunResult,
+    environment,
+    read_result,
+    signature,
+    write_result,
+)
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Plan:
+    """A checked run, ready to execute: plugins built, data loaded, output directory chosen."""
+
+    config: RunConfig
+    defense: Any
+    attacks: dict[str, Any]
+    dataset: Dataset
+    out: Path
+
+
+def default_dataset(config: RunConfig) -> str:
+    """The dataset a run uses when none is named: SST-2 if a data directory is configured, else synthetic.
+
+    SST-2 is the real default because it supports both utility (sentiment) and the inversion and
+    NER attacks; the Trustpilot subset we have carries private attributes but no task label.
+    """
+    if config.dataset:
+        return config.dataset
+    return "sst2" if resolve_data_dir(config.data_dir) is not None else "synthetic"
+
+
+def _plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str, Any]:
+    """Profile overrides declared by the plugin, then the user's explicit arguments."""
+    return {**dict(getattr(cls, "profiles", {}).get(profile, {})), **explicit}
+
+
+def plan(config: RunConfig) -> Plan:
+    """Validate ``config`` completely and load what the run needs, without side effects.
+
+    Raises:
+        UsageError, DataError, ResultError: with messages that name the problem and the fix.
+    """
+    load()
+    defense = make_plugin(DEFENSES, config.defense,
+                          _plugin_args(DEFENSES.get(config.defense), config.profile, dict(config.defense_args)))
+    names = ATTACKS.select(config.attacks)
+    for name in config.attack_args:
+        if name not in names:
+            ATTACKS.get(name)  # unknown name → did-you-mean error
+    attacks = {n: make_plugin(ATTACKS, n, _plugin_args(ATTACKS.get(n), config.profile,
+                                                      dict(config.attack_args.get(n, {})))) for n in names}
+    dataset = load_dataset(default_dataset(config), config.data_dir)
+    out = Path(config.out) if config.out else Path("runs") / (
+        f"{config.defense}-{dataset.name}-{config.profile}-s{config.seed}-{config.cell_id()[:8]}")
+    check_out_dir(out, config)
+    return Plan(config, defense, attacks, dataset, out)
+
+
+def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
+    """Return the finished result already in ``out`` for this exact run, if any.
+
+    Raises:
+        ResultError: when ``out`` holds a different run, a corrupt result, or unrelated files.
+    """
+    path = out / RESULT_FILE
+    if path.exists():
+        existing = read_result(path)
+        if existing.cell_id != config.cell_id():
+            raise ResultError(
+                f"output directory {out} holds a different run (defense {existing.defense.get('name')!r}, "
+                f"cell {existing.cell_id}); choose another --out or delete {path}")
+        return existing
+    if out.is_dir() and any(p for p in out.iterdir() if not p.name.startswith(".")):
+        raise ResultError(f"output directory {out} is not empty and holds no rapt-audit result; choose an empty "
+                          "or new directory for --out")
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _model_fingerprint(spec: str) -> str:
+    return weights_fingerprint(resolve_model_path(spec))
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("RAPT_AUDIT_CACHE", Path.home() / ".cache" / "rapt-audit")).expanduser()
+
+
+def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) -> RunResult:
+    """Run one audit and write its result file.
+
+    Args:
+        config: The run configuration.
+        log: Where progress lines go (default: nowhere).
+        progress: Show progress bars on long steps.
+
+    Returns:
+        The result (also written to ``<out>/result.json``). When the output directory already holds
+        this exact run and ``config.force`` is false, that result is returned without re-running.
+    """
+    say = log or (lambda _msg: None)
+    checked = plan(config)
+    existing = check_out_dir(checked.out, config)
+    if existing is not None and not config.force:
+        say(f"{checked.out} already holds this run; reusing it (pass --force to run again)")
+        return existing
+    started, clock = datetime.now(timezone.utc), time.perf_counter()
+    timings: dict[str, float] = {}
+
+    ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
+                     model=config.model, cache_dir=_cache_dir(), progress=progress, data_dir=config.data_dir)
+    dataset = checked.dataset
+    sizes = profile_split_sizes(config.profile, len(dataset.records), config.data_args)
+    splits = make_splits(dataset, SplitSizes(**sizes), seed=ctx.seed_for("splits"))
+    warnings = [SYNTHETIC_WARNING] if dataset.synthetic else []
+    say(f"dataset {dataset.name}: " + ", ".join(f"{k}={v}" for k, v in splits.sizes().items()))
+
+    def timed(stage: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        bar.set_description(stage)
+        value = fn()
+        timings[stage] = round(time.perf_counter() - t0, 3)
+        return value
+
+    defense = checked.defense
+    steps = 3 + len(checked.attacks)
+    bar = _progress_bar(steps, enabled=progress)
+    say(f"fitting defense {config.defense}")
+    timed("defense.fit", lambda: defense.fit(splits.victim_train, ctx=ctx))
+    bar.update(1)
+    if dataset.has_labels:
+        utility = dict(timed("defense.utility", lambda: defense.utility(splits.victim_test, ctx=ctx)))
+    else:
+        utility = {}
+        warnings.append(f"dataset {dataset.name} has no task labels, so utility was not measured")
+    bar.update(1)
+    release = timed("defense.release", lambda: defense.release(splits.victim_test, ctx=ctx))
+    bar.update(1)
+    outcomes: dict[str, AttackResult | str] = {}
+    for name, attack in checked.attacks.items():
+        bar.update(1)
+        if not (attack.requires & release.kinds):
+            outcomes[name] = (f"needs a release of kind {' or '.join(sorted(attack.requires))}; defense "
+                              f"{config.defense} releases {', '.join(sorted(release.kinds))}")
+            continue
+        say(f"attack {name}")
+        try:
+            timed(f"attack.{name}.fit", lambda: attack.fit(splits.attacker, defense, ctx=ctx))
+            outcomes[name] = timed(f"attack.{name}", lambda: attack.attack(release, splits.victim_test, ctx=ctx))
+        except Skip as skip:
+            outcomes[name] = str(skip)
+    bar.close()
+    env = environment()
+    env.update({"seed": config.seed, "device": ctx.device, "model": config.model,
+                "model_fingerprint": _model_fingerprint(config.model), "data_fingerprint": dataset.fingerprint,
+                "started_at": started.isoformat(timespec="seconds"),
+                "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings})
+    attack_settings = {n: get_params(a) for n, a in checked.attacks.items()}
+    result = RunResult(
+        signature=signature(dataset=dataset.name, data_fingerprint=dataset.fingerprint,
+                            split_sizes=splits.sizes(), model=config.model,
+                            model_fingerprint=env["model_fingerprint"], profile=config.profile,
+                            attacks=attack_settings, package_version=__version__),
+        cell_id=config.cell_id(), config=config.to_dict(),
+        dataset={"name": dataset.name, "task": dataset.task, "synthetic": dataset.synthetic,
+                 "source": dataset.source, "splits": splits.sizes(), "label_names": list(dataset.label_names),
+                 "notes": _jsonable_notes(dataset.notes)},
+        defense={"name": config.defense, "params": get_params(defense), "exposes": sorted(defense.exposes),
+                 "release_meta": _jsonable_notes(release.meta)},
+        utility=utility, attacks=outcomes, env=env, warnings=warnings)
+    write_result(result, checked.out)
+    say(f"wrote {checked.out / RESULT_FILE}")
+    return result
+
+
+def _progress_bar(total: int, *, enabled: bool):  # noqa: ANN202 - tqdm
+    """A tqdm bar over the run's stages (disabled when not on a terminal or when quiet)."""
+    from tqdm.auto import tqdm  # lazy (tqdm)
+
+    return tqdm(total=total, disable=not enabled, unit="step", leave=False)
+
+
+def _jsonable_notes(notes: Any) -> dict[str, Any]:
+    return to_jsonable(dict(notes))
+
+
+def result_path(config: RunConfig) -> Path:
+    """Where ``run(config)`` writes its result (without running it)."""
+    return plan(config).out / RESULT_FILE
+
+
+__all__ = ["Plan", "default_dataset", "plan", "read_result", "result_path", "run"]

@@ -1,0 +1,279 @@
+"""``rapt-audit check``: the privacy-regression gate for CI.
+
+A baseline file holds the full result documents of reference runs. Each new run is matched to the
+baseline run with the same ``cell_id`` (the hash of its configuration: defense and its arguments,
+data, splits, model, profile, attacks, seed), and every empirical-privacy measure of every attack is
+compared.
+
+The rule. For a measure where higher is better for the defender (empirical privacy, reconstruction
+MSE), with baseline ``b`` and new value ``x``, each with a 95 % interval, the standard error of each
+is read off its interval as ``se = (ci_high − ci_low) / (2 · 1.96)`` (a normal approximation; the
+intervals are percentile bootstraps over records). The change is a **regression** when::
+
+    b − x  >  z · sqrt(se_b² + se_x²)  +  tolerance          (defaults: z = 1.96, tolerance = 0.005)
+
+i.e. the drop is larger than a one-sided 97.5 % test of "no change" allows for two independent
+measurements, plus a small absolute slack for floating-point and thread-order differences when an
+interval has zero width. An attack that was measured in the baseline but is skipped or absent now is
+also a regression (the gate must not pass because a check stopped running). Gains are reported, never
+failures. Exit codes: 0 no regression, 1 at least one regression, 2 unusable input (a baseline run
+with no matching new run, a corrupt file, or — unless ``--allow-signature-change`` — a new run whose
+comparability signature differs from its baseline's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Sequence
+
+from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.plugins import load
+from rapt_audit.api.types import Estimate
+from rapt_audit.api.version import __version__
+from rapt_audit.pipeline.results import SCHEMA, RunResult, write_json_atomic
+from rapt_audit.reporting.collect import collect
+from rapt_audit.scoring.metrics import METRICS
+
+BASELINE_SCHEMA = "rapt-audit/baseline/1"
+DEFAULT_Z = 1.96
+DEFAULT_TOLERANCE = 0.005
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One measure of one attack of one run, against its baseline."""
+
+    run: str
+    attack: str
+    metric: str
+    base: Estimate | None
+    new: Estimate | str | None
+    allowed: float
+    status: str  # "ok", "improved", "regressed", "missing"
+
+    @property
+    def drop(self) -> float:
+        """How much worse the new value is (positive = less private), NaN when not measured now."""
+        if self.base is None or not isinstance(self.new, Estimate):
+            return math.nan
+        return self.base.value - self.new.value
+
+
+def standard_error(est: Estimate) -> float:
+    """The standard error implied by a two-sided interval at ``est.level`` (normal approximation)."""
+    z = NormalDist().inv_cdf(0.5 + est.level / 2)
+    return max(0.0, est.ci_high - est.ci_low) / (2 * z)
+
+
+def compare_estimates(base: Estimate, new: Estimate, *, higher_is_better: bool, z: float = DEFAULT_Z,
+                      tolerance: float = DEFAULT_TOLERANCE) -> tuple[str, float]:
+    """``(status, allowed_drop)`` for one measure under the gate's rule (see the module docstring)."""
+    allowed = z * math.hypot(standard_error(base), standard_error(new)) + tolerance
+    worse = (base.value - new.value) if higher_is_better else (new.value - base.value)
+    if worse > allowed:
+        return "regressed", allowed
+    return ("improved" if -worse > allowed else "ok"), allowed
+
+
+def _privacy_measures(outcome: Any) -> dict[str, tuple[Estimate, bool]]:
+    """The headline empirical privacy plus every attack metric registered as a privacy measure."""
+    load()  # plugins register the metrics they introduce (reconstruction_mse, ...)
+    measures = {"empirical_privacy": (outcome.empirical_privacy, True)}
+    for name, est in outcome.metrics.items():
+        if name in METRICS and METRICS.get(name).kind == "privacy":
+            measures[name] = (est, METRICS.get(name).higher_is_better)
+    return measures
+
+
+def run_label(result: RunResult) -> str:
+    """``t2t eta=75 seed 0 on synthetic``: how a run is named in the gate's output."""
+    args = ", ".join(f"{k}={v}" for k, v in sorted(result.config.get("defense_args", {}).items()))
+    return (f"{result.defense.get('name')}{' ' + args if args else ''} seed {result.config.get('seed')} "
+            f"on {result.dataset.get('name')}")
+
+
+def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z,
+                 tolerance: float = DEFAULT_TOLERANCE) -> list[Comparison]:
+    """Every privacy comparison of ``new`` against ``base`` (same cell)."""
+    out = []
+    label = run_label(base)
+    for attack, outcome in base.attacks.items():
+        if isinstance(outcome, str):
+            continue  # skipped in the baseline: nothing to defend
+        now = new.attacks.get(attack)
+        for metric, (est, higher) in _privacy_measures(outcome).items():
+            if now is None or isinstance(now, str):
+                reason = "not run" if now is None else f"skipped: {now}"
+                out.append(Comparison(label, attack, metric, est, reason, math.nan, "missing"))
+                continue
+            new_est = now.empirical_privacy if metric == "empirical_privacy" else now.metrics.get(metric)
+            if new_est is None:
+                out.append(Comparison(label, attack, metric, est, "not reported", math.nan, "missing"))
+                continue
+            status, allowed = compare_estimates(est, new_est, higher_is_better=higher, z=z, tolerance=tolerance)
+            out.append(Comparison(label, attack, metric, est, new_est, allowed, status))
+    return out
+
+
+def signature_diff(a: str, b: str) -> str:
+    """The fields of two signatures that differ, as ``field: a → b``."""
+    pa = dict(p.split(":", 1) for p in a.split("|") if ":" in p)
+    pb = dict(p.split(":", 1) for p in b.split("|") if ":" in p)
+    keys = list(dict.fromkeys(list(pa) + list(pb)))
+    return ", ".join(f"{k}: {pa.get(k)} → {pb.get(k)}" for k in keys if pa.get(k) != pb.get(k))
+
+
+def read_baseline(path: str | Path) -> list[RunResult]:
+    """The reference runs of a baseline file (or of a single result file used as a baseline).
+
+    Raises:
+        ResultError: naming the file when it is missing, corrupt or of another schema.
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ResultError(f"baseline {path} cannot be read: {exc.strerror or exc}; create one with "
+                          f"rapt-audit check --write-baseline {path} RUN_DIRS") from None
+    except ValueError as exc:
+        raise ResultError(f"baseline {path} is corrupt: {exc}") from None
+    if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
+        docs = [doc]
+    elif isinstance(doc, dict) and doc.get("schema") == BASELINE_SCHEMA:
+        docs = doc.get("results", [])
+    else:
+        schema = doc.get("schema") if isinstance(doc, dict) else None
+        raise ResultError(f"baseline {path} has schema {schema!r}; this rapt-audit reads {BASELINE_SCHEMA!r} "
+                          f"(or a single {SCHEMA!r} result)")
+    try:
+        return [RunResult.from_dict(d) for d in docs]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultError(f"baseline {path} holds a malformed result: {exc!r}") from None
+
+
+def write_baseline(path: str | Path, runs: Sequence[str | Path], *, note: str = "") -> list[RunResult]:
+    """Record the results under ``runs`` as the new baseline (every input must be usable)."""
+    coll = collect(runs, calibrations=False)
+    if coll.problems:
+        raise ResultError("cannot record a baseline from unusable inputs: " + "; ".join(p.message for p in coll.problems))
+    results = [item.result for item in coll.results]
+    doc = {"schema": BASELINE_SCHEMA, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "created_by": f"rapt-audit {__version__}", "note": note,
+           "rule": {"z": DEFAULT_Z, "tolerance": DEFAULT_TOLERANCE},
+           "results": [r.to_dict() for r in results]}
+    write_json_atomic(Path(path), doc)
+    return results
+
+
+def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float = DEFAULT_Z,
+         tolerance: float = DEFAULT_TOLERANCE, allow_signature_change: bool = False,
+         baseline_name: str = "the baseline") -> tuple[list[Comparison], list[str]]:
+    """Compare ``runs`` to ``baseline``; returns the comparisons and warnings.
+
+    Raises:
+        ResultError: when a baseline run has no new run with its ``cell_id``, or (unless
+            ``allow_signature_change``) when a matched pair's signatures differ.
+    """
+    if z < 0 or tolerance < 0:
+        raise UsageError(f"--z and --tolerance must not be negative (got {z}, {tolerance})")
+    by_cell: dict[str, RunResult] = {}
+    for r in runs:
+        by_cell.setdefault(r.cell_id, r)
+    comparisons, warnings = [], []
+    missing = [b for b in baseline if b.cell_id not in by_cell]
+    if missing:
+        raise ResultError("no new run matches baseline run(s) " + "; ".join(
+            f"{run_label(b)} (cell {b.cell_id})" for b in missing) +
+            f". Re-run them with the configuration recorded in {baseline_name} and pass their directories")
+    for b in baseline:
+        new = by_cell[b.cell_id]
+        if new.signature != b.signature:
+            diff = signature_diff(b.signature, new.signature)
+            if not allow_signature_change:
+                raise ResultError(
+                    f"{run_label(b)}: the comparability signature changed ({diff}), so the numbers are not "
+                    f"comparable. If the change is intended, record a new baseline with rapt-audit check "
+                    f"--write-baseline, or compare anyway with --allow-signature-change")
+            warnings.append(f"{run_label(b)}: signature changed ({diff}); compared anyway "
+                            "(--allow-signature-change); refresh the baseline when the change is intended")
+        comparisons += compare_runs(b, new, z=z, tolerance=tolerance)
+    unmatched = sorted({run_label(r) for r in runs if r.cell_id not in {b.cell_id for b in baseline}})
+    if unmatched:
+        warnings.append("not in the baseline, so not gated: " + "; ".join(unmatched))
+    return comparisons, warnings
+
+
+def format_comparisons(comparisons: Sequence[Comparison]) -> str:
+    """A table of every comparison, regressions first."""
+    order = {"regressed": 0, "missing": 1, "improved": 2, "ok": 3}
+    lines = [f"{'status':<10} {'run':<34} {'attack / measure':<40} {'baseline':>9} {'now':>9} {'drop':>8} {'allowed':>8}"]
+    for c in sorted(comparisons, key=lambda c: (order[c.status], c.run, c.attack, c.metric)):
+        measure = c.attack if c.metric == "empirical_privacy" else f"{c.attack} / {c.metric}"
+        now = f"{c.new.value:.4f}" if isinstance(c.new, Estimate) else "—"
+        drop = "" if math.isnan(c.drop) else f"{c.drop:+.4f}"
+        allowed = "" if math.isnan(c.allowed) else f"{c.allowed:.4f}"
+        base = f"{c.base.value:.4f}" if c.base is not None else "—"
+        status = c.status.upper() if c.status in {"regressed", "missing"} else c.status
+        line = f"{status:<10} {c.run[:34]:<34} {measure[:40]:<40} {base:>9} {now:>9} {drop:>8} {allowed:>8}"
+        if c.status == "missing":
+            line += f"   ({c.new})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``check`` sub-command."""
+    p = sub.add_parser("check", help="privacy-regression gate: exit 1 when empirical privacy drops beyond noise",
+                       description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories (or result files) to check")
+    p.add_argument("--baseline", required=True, metavar="BASELINE.json", help="baseline file to compare against")
+    p.add_argument("--write-baseline", action="store_true",
+                   help="record RUN_DIRS as the new baseline in BASELINE.json instead of checking")
+    p.add_argument("--z", type=float, default=DEFAULT_Z, help=f"noise multiplier of the rule (default {DEFAULT_Z})")
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                   help=f"absolute slack added to the allowed drop (default {DEFAULT_TOLERANCE})")
+    p.add_argument("--allow-signature-change", action="store_true",
+                   help="compare runs whose comparability signature differs from the baseline's (with a warning)")
+    p.add_argument("--note", default="", help="with --write-baseline: a note stored in the file")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Entry of ``rapt-audit check``: 0 no regression, 1 regression, 2 unusable input."""
+    if args.write_baseline:
+        results = write_baseline(args.baseline, args.runs, note=args.note)
+        print(f"recorded {len(results)} run(s) as the baseline in {args.baseline}")
+        return 0
+    baseline = read_baseline(args.baseline)
+    coll = collect(args.runs, calibrations=False)
+    if coll.problems:  # a gate must not pass over an input it could not read
+        raise ResultError("; ".join(p.message for p in coll.problems))
+    comparisons, warnings = gate(baseline, [i.result for i in coll.results], z=args.z, tolerance=args.tolerance,
+                                 allow_signature_change=args.allow_signature_change, baseline_name=args.baseline)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"privacy-regression gate against {args.baseline}: regression when baseline − now > "
+          f"{args.z:g}·sqrt(se_base² + se_now²) + {args.tolerance:g} (se from the 95 % intervals)")
+    print(format_comparisons(comparisons))
+    bad = [c for c in comparisons if c.status in {"regressed", "missing"}]
+    if bad:
+        print(f"FAILED: {len(bad)} privacy measure(s) regressed or stopped being measured:", file=sys.stderr)
+        for c in bad:
+            if c.status == "regressed":
+                print(f"  {c.run}: {c.attack} {c.metric} fell from {c.base.value:.4f} to {c.new.value:.4f} "
+                      f"(drop {c.drop:.4f} > allowed {c.allowed:.4f})", file=sys.stderr)
+            else:
+                print(f"  {c.run}: {c.attack} {c.metric} is no longer measured ({c.new})", file=sys.stderr)
+        return 1
+    print(f"passed: {len(comparisons)} privacy measure(s) within noise of the baseline")
+    return 0
+
+
+__all__ = ["BASELINE_SCHEMA", "Comparison", "add_parser", "cmd_check", "compare_estimates", "compare_runs", "gate",
+           "read_baseline", "standard_error", "write_baseline"]

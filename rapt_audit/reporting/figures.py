@@ -1,0 +1,188 @@
+"""Figures of a report: Pareto plots, replacement probability per η, plausible deniability.
+
+matplotlib with the Agg backend only (no display, no network). Each figure is returned as a
+:class:`Figure` holding PNG and SVG bytes: the HTML report embeds the PNG as a ``data:`` URI and
+the files are also written next to the report. SVGs carry no creation date, so re-rendering the
+same results gives the same files.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from rapt_audit.reporting.pareto import Point, pareto_front
+from rapt_audit.reporting.summary import Group, Row
+
+#: Colour-blind-safe palette (Okabe–Ito), one colour per defense in a plot.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A rendered figure: a file-name stem, a caption and its PNG and SVG bytes."""
+
+    stem: str
+    caption: str
+    png: bytes
+    svg: bytes
+
+
+def _pyplot():  # noqa: ANN202 - matplotlib module
+    import matplotlib  # lazy (matplotlib)
+
+    matplotlib.use("Agg", force=True)  # never a display: reports are rendered headless
+    import matplotlib.pyplot as plt  # lazy (matplotlib)
+
+    return plt
+
+
+def _render(fig: Any, stem: str, caption: str) -> Figure:
+    png, svg = io.BytesIO(), io.BytesIO()
+    fig.savefig(png, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    _pyplot().close(fig)
+    return Figure(stem, caption, png.getvalue(), svg.getvalue())
+
+
+def pareto_points(group: Group, attack: str, utility: str) -> list[Point]:
+    """One point per row that has both ``utility`` and a measured empirical privacy for ``attack``."""
+    points = []
+    for row in group.rows:
+        est = row.privacy.get(attack)
+        if isinstance(est, str) or est is None or utility not in row.utility:
+            continue
+        points.append(Point(row.utility[utility].value, est.value, row.setting, row))
+    return points
+
+
+def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figure | None:
+    """Empirical privacy against utility for one attack: every defense setting with its 95 % CIs,
+    the frontier highlighted, points labelled by their privacy parameter, and the no-privacy
+    result as dashed lines (as in RAPT Figs. 4, 7 and 10). ``None`` when nothing was measured.
+    """
+    points = pareto_points(group, attack, utility)
+    if not points:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    front = set(pareto_front(points))
+    defenses = list(dict.fromkeys(p.key.defense for p in points))
+    for d_i, defense in enumerate(defenses):
+        mine = [(i, p) for i, p in enumerate(points) if p.key.defense == defense and not p.key.no_privacy]
+        if not mine:
+            continue
+        mine.sort(key=lambda ip: _level(ip[1].key))
+        colour, marker = PALETTE[d_i % len(PALETTE)], MARKERS[d_i % len(MARKERS)]
+        xs = [p.utility for _, p in mine]
+        ys = [p.privacy for _, p in mine]
+        xerr = [[p.utility - p.key.utility[utility].ci_low for _, p in mine],
+                [p.key.utility[utility].ci_high - p.utility for _, p in mine]]
+        yerr = [[p.privacy - p.key.privacy[attack].ci_low for _, p in mine],
+                [p.key.privacy[attack].ci_high - p.privacy for _, p in mine]]
+        ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, color=colour, marker=marker, linestyle="-", linewidth=1,
+                    markersize=6, capsize=2, alpha=0.9, label=defense)
+        for _, p in mine:
+            ax.annotate(p.label, (p.utility, p.privacy), textcoords="offset points", xytext=(5, 4), fontsize=7,
+                        color=colour)
+    # The no-privacy result (identity, or η = ∞) is a reference level, drawn as a dashed line as in the
+    # RAPT figures; several such rows at the same level (t2t and pct2t at η = ∞) share one line.
+    levels: dict[float, list[Point]] = {}
+    for p in (p for p in points if p.key.no_privacy):
+        levels.setdefault(round(p.privacy, 9), []).append(p)
+    for level, same in levels.items():
+        names = ", ".join(f"{p.key.defense} {p.label}" for p in same)
+        ax.axhline(level, color="0.35", linestyle="--", linewidth=1.1, label=f"no privacy ({names}): {level:.3f}")
+        for p in same:
+            ax.axvline(p.utility, color="0.6", linestyle=":", linewidth=1)
+    fpts = sorted((points[i] for i in front), key=lambda p: p.utility)
+    ax.plot([p.utility for p in fpts], [p.privacy for p in fpts], color="black", linewidth=2.2, alpha=0.35,
+            zorder=0, drawstyle="steps-pre" if len(fpts) > 1 else "default")
+    ax.scatter([p.utility for p in fpts], [p.privacy for p in fpts], s=150, facecolors="none",
+               edgecolors="black", linewidths=1.6, zorder=5, label="Pareto frontier")
+    ax.set_xlabel(f"utility: {utility} ↑")
+    ax.set_ylabel("empirical privacy ↑ (1 − attack success)")
+    ax.set_title(f"{attack}: privacy vs utility", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    caption = (f"{attack}: empirical privacy (higher = more private) against {utility} (higher = more useful), "
+               f"95 % intervals; ringed points are Pareto-optimal; the dashed line is the no-privacy result.")
+    return _render(fig, stem, caption)
+
+
+def _level(row: Row) -> float:
+    value = row.privacy_level
+    return math.inf if math.isnan(value) else value
+
+
+def replacement_figure(doc: dict[str, Any], *, stem: str) -> Figure | None:
+    """Word-replacement probability per η from a calibration document, with RAPT Table III for reference."""
+    rows = [r for r in doc.get("rows", []) if str(r.get("eta")) != "inf"]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    etas = [float(r["eta"]) for r in rows]
+    vals = [r["replacement"]["value"] for r in rows]
+    err = [[v - r["replacement"]["ci_low"] for v, r in zip(vals, rows)],
+           [r["replacement"]["ci_high"] - v for v, r in zip(vals, rows)]]
+    ax.errorbar(etas, vals, yerr=err, marker="o", capsize=3, label=f"{doc.get('defense')} on {doc.get('model')}")
+    ref = [(float(r["eta"]), r["rapt_table_iii_bert_base"]) for r in rows if r.get("rapt_table_iii_bert_base")]
+    if ref:
+        ax.plot(*zip(*ref), marker="x", linestyle="--", color="0.4", label="RAPT Table III (BERT-base)")
+    ax.set_xlabel("η")
+    ax.set_ylabel("word-replacement probability")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _render(fig, stem, f"Word-replacement probability per η ({doc.get('defense')}, {doc.get('corpus')}), "
+                              "95 % Wilson intervals.")
+
+
+def deniability_figure(doc: dict[str, Any], *, stem: str) -> Figure | None:
+    """Histograms of N_w and S_w per η (plausible deniability, Qu et al. 2021 Sec. 5.3)."""
+    items = [d for d in doc.get("deniability", []) if d.get("n_w") and d.get("s_w")]
+    if not items:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    for i, d in enumerate(items):
+        colour = PALETTE[i % len(PALETTE)]
+        axes[0].hist(d["n_w"], bins=20, range=(0, d["repeats"]), alpha=0.5, color=colour, label=f"η={d['eta']}")
+        axes[1].hist(d["s_w"], bins=20, range=(0, d["repeats"]), alpha=0.5, color=colour, label=f"η={d['eta']}")
+    axes[0].set_xlabel(f"N_w: outputs equal to the input word (of {items[0]['repeats']})")
+    axes[1].set_xlabel(f"S_w: distinct outputs (of {items[0]['repeats']})")
+    for ax in axes:
+        ax.set_ylabel("tokens")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    return _render(fig, stem, "Plausible deniability: distribution over sampled tokens of N_w (how often the "
+                              "word is kept) and S_w (how many distinct words it becomes).")
+
+
+def group_figures(group: Group, utility: str | None, *, prefix: str) -> dict[str, Figure]:
+    """Pareto figure per attack of a group (attack name → figure), for attacks with measured points."""
+    if utility is None:
+        return {}
+    out = {}
+    for attack in group.attacks:
+        fig = pareto_figure(group, attack, utility, stem=f"{prefix}pareto-{attack}")
+        if fig is not None:
+            out[attack] = fig
+    return out
+
+
+def pick_utility(group: Group, preferred: Sequence[str] = ("accuracy",)) -> str | None:
+    """The utility metric for the x axis: the first preferred one present, else the first present."""
+    names = group.utility_metrics
+    for name in preferred:
+        if name in names:
+            return name
+    return names[0] if names else None
+
+
+__all__ = ["Figure", "deniability_figure", "group_figures", "pareto_figure", "pareto_points", "pick_utility",
+           "replacement_figure"]

@@ -1,0 +1,144 @@
+"""``rapt-audit leaderboard``: a Markdown leaderboard from stored results.
+
+One table per comparability signature (results whose data, splits, model, profile or attack
+settings differ never share a table), one row per defense setting (seeds combined), with utility
+and each attack's empirical privacy with its 95 % interval, and a link to the HTML report row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+from rapt_audit.api.errors import UsageError
+from rapt_audit.pipeline.results import write_text_atomic
+from rapt_audit.reporting.collect import Collection, collect
+from rapt_audit.reporting.summary import Group, fmt_estimate, group_results
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _short_sha(sha: str) -> str:
+    return sha[:12] + ("-dirty" if sha.endswith("-dirty") else "")
+
+
+def _link(report: str | None, anchor: str) -> str:
+    return f"[report]({report}#{anchor})" if report else ""
+
+
+def group_table(group: Group, *, report: str | None) -> list[str]:
+    """The Markdown lines of one signature group: heading, facts, table, notes."""
+    first = group.first
+    ds = first.dataset
+    measured = group.measured_attacks
+    splits = "/".join(str(ds.get("splits", {}).get(k, "?"))
+                      for k in ("victim_train", "victim_test", "attacker_train", "attacker_valid"))
+    lines = [f"## {ds.get('name')} · profile {first.config.get('profile')} · model {first.config.get('model')}",
+             "",
+             f"Signature `{group.signature}` · splits victim train/test, attacker train/valid = {splits}"
+             + (f" · {_link(report, group.anchor)}" if report else ""), ""]
+    if any(r.synthetic for r in group.rows):
+        lines += ["> **WARNING: SYNTHETIC DEMO DATA.** These rows come from the generated demo corpus and say "
+                  "nothing about real-world privacy.", ""]
+    util = group.utility_metrics
+    head = ["defense", "setting", "seeds"] + [f"{m} ↑" for m in util] + [f"{a} ↑" for a in measured]
+    head += ["report"] if report else []
+    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3 - bool(report))
+                                                             + (["---"] if report else [])) + "|"]
+    for row in group.rows:
+        cells = [row.defense + (" (no privacy)" if row.no_privacy else ""), row.setting,
+                 ",".join(map(str, row.seeds))]
+        cells += [fmt_estimate(row.utility[m]) if m in row.utility else "—" for m in util]
+        for a in measured:
+            est = row.privacy.get(a)
+            cells.append("skipped" if isinstance(est, str) or est is None else fmt_estimate(est))
+        if report:
+            cells.append(_link(report, row.anchor))
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if group.skipped_attacks:
+        lines += ["", "Not applicable here: " + "; ".join(
+            f"`{a}` ({_cell(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
+    return lines + [""]
+
+
+def render_leaderboard(coll: Collection, *, report: str | None = None, title: str = "rapt-audit leaderboard",
+                       preamble: str = "") -> str:
+    """The Markdown text of the leaderboard for the results in ``coll``."""
+    groups = group_results(coll.results)
+    profiles = sorted({str(i.result.config.get("profile")) for i in coll.results})
+    shas = sorted({str(i.result.env.get("git_sha")) for i in coll.results})
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"# {title}", "",
+             f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "
+             f"group(s); rendered {now} by `rapt-audit leaderboard` from stored results (git "
+             f"{', '.join(_short_sha(s) for s in shas)}). Do not edit by hand.", "",
+             "Each table holds only results with one comparability signature (data, splits, model, profile, attack "
+             "settings). Numbers are value [95 % interval]; ↑ means higher is better for the defender. Empirical "
+             "privacy is 1 − attack success (for MSE attacks, the reconstruction error).", ""]
+    if preamble:
+        lines += [preamble.rstrip(), ""]
+    if any(i.result.synthetic for i in coll.results):
+        lines += ["> **WARNING: some rows come from SYNTHETIC DEMO DATA** and say nothing about real-world privacy.", ""]
+    if coll.problems:
+        lines += ["Inputs left out:", ""] + [f"- `{p.path}`: {_cell(p.message)}" for p in coll.problems] + [""]
+    for group in groups:
+        lines += group_table(group, report=report)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_leaderboard(paths: Sequence[str | Path], *, out: str | Path, report: str | Path | None = None,
+                      title: str = "rapt-audit leaderboard", preamble: str = "") -> tuple[Path, Collection]:
+    """Read the results under ``paths`` and write the Markdown leaderboard to ``out``.
+
+    Args:
+        paths: Run directories, sweep directories or result files.
+        out: The Markdown file to write.
+        report: The HTML report of the same results; links are written relative to ``out``.
+        title: The heading.
+        preamble: Markdown placed under the heading (how the runs were made).
+
+    Raises:
+        ResultError: when no input is usable.
+    """
+    out = Path(out)
+    coll = collect(paths, calibrations=False)
+    coll.require_results("the leaderboard")
+    link = None
+    if report is not None:
+        link = os.path.relpath(Path(report).resolve(), out.parent.resolve()).replace(os.sep, "/")
+    write_text_atomic(out, render_leaderboard(coll, report=link, title=title, preamble=preamble))
+    return out, coll
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``leaderboard`` sub-command."""
+    p = sub.add_parser("leaderboard", help="Markdown leaderboard of stored results, one table per signature")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories (or result files)")
+    p.add_argument("-o", "--out", default="leaderboard.md", help="Markdown file to write (default leaderboard.md)")
+    p.add_argument("--report", default=None, help="HTML report of the same runs, for the row links")
+    p.add_argument("--title", default="rapt-audit leaderboard")
+    p.add_argument("--preamble", default=None, metavar="FILE", help="Markdown file placed under the heading")
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """Entry of ``rapt-audit leaderboard``."""
+    preamble = ""
+    if args.preamble:
+        try:
+            preamble = Path(args.preamble).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--preamble {args.preamble} cannot be read: {exc.strerror or exc}") from None
+    out, coll = write_leaderboard(args.runs, out=args.out, report=args.report, title=args.title, preamble=preamble)
+    for p in coll.problems:
+        print(f"rapt-audit: warning: left out {p.path}: {p.message}", file=sys.stderr)
+    print(f"wrote {out} ({len(coll.results)} result(s))")
+    return 0
+
+
+__all__ = ["add_parser", "cmd_leaderboard", "group_table", "render_leaderboard", "write_leaderboard"]

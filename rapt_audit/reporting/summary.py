@@ -1,0 +1,214 @@
+"""Results → comparable groups → one row per defense setting (shared by reports and leaderboards).
+
+Results are grouped by their comparability ``signature`` (data, splits, model, profile, attack
+settings, version) and never mixed across groups. Inside a group, results of the same defense with
+the same resolved parameters are one *row*; several seeds of a row are combined into a mean with a
+t-interval across seeds (:func:`rapt_audit.scoring.stats.seed_summary`), one seed keeps its own interval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from rapt_audit.api.types import Estimate
+from rapt_audit.reporting.collect import Loaded
+from rapt_audit.scoring.stats import seed_summary
+
+#: Privacy parameters and how they are written in tables and plots, in order of preference.
+PRIVACY_PARAMS = (("replacement", "p"), ("eta", "η"), ("epsilon", "ε"))
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() in {"inf", "+inf", "infinity"}:
+        return math.inf
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _fmt(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value:g}"
+
+
+@dataclass
+class Row:
+    """One defense setting inside a comparable group, all its seeds combined."""
+
+    signature: str
+    defense: str
+    params: dict[str, Any]
+    runs: list[Loaded]
+    setting: str = ""
+    utility: dict[str, Estimate] = field(default_factory=dict)
+    privacy: dict[str, Estimate | str] = field(default_factory=dict)
+    metrics: dict[str, dict[str, Estimate]] = field(default_factory=dict)
+
+    @property
+    def seeds(self) -> list[int]:
+        """The run seeds combined in this row."""
+        return sorted({int(r.result.config.get("seed", 0)) for r in self.runs})
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether any run of the row used the synthetic demo corpus."""
+        return any(r.result.synthetic for r in self.runs)
+
+    @property
+    def release_meta(self) -> dict[str, Any]:
+        """The release facts of the first run (η in force, observed replacement probability...)."""
+        return dict(self.runs[0].result.defense.get("release_meta", {}))
+
+    @property
+    def privacy_level(self) -> float:
+        """The numeric privacy parameter for ordering (η or ε; ``inf`` = none; NaN if unknown)."""
+        for key in ("eta", "epsilon"):
+            value = _num(self.release_meta.get(key, self.params.get(key)))
+            if value is not None:
+                return value
+        return math.nan
+
+    @property
+    def no_privacy(self) -> bool:
+        """The no-privacy reference: the identity defense, or η = ∞ / ε = ∞ with no replacement target."""
+        if self.defense == "identity":
+            return True
+        return self.params.get("replacement") is None and math.isinf(self.privacy_level)
+
+    @property
+    def anchor(self) -> str:
+        """A stable HTML id for the row (leaderboard links point at it)."""
+        raw = json.dumps([self.signature, self.defense, self.params], sort_keys=True, default=str)
+        return f"row-{self.defense}-{hashlib.sha256(raw.encode('utf-8')).hexdigest()[:10]}"
+
+
+@dataclass
+class Group:
+    """All rows that share one comparability signature."""
+
+    signature: str
+    rows: list[Row]
+
+    @property
+    def first(self) -> Any:
+        """A representative result (dataset, splits, profile are the same for every row)."""
+        return self.rows[0].runs[0].result
+
+    @property
+    def utility_metrics(self) -> list[str]:
+        """Utility metric names present in the group, in first-seen order."""
+        return list(dict.fromkeys(m for r in self.rows for m in r.utility))
+
+    @property
+    def attacks(self) -> list[str]:
+        """Attack names present in the group, in first-seen order."""
+        return list(dict.fromkeys(a for r in self.rows for a in r.privacy))
+
+    @property
+    def measured_attacks(self) -> list[str]:
+        """Attacks measured in at least one row (the others were skipped everywhere)."""
+        return [a for a in self.attacks if any(not isinstance(r.privacy.get(a), str) for r in self.rows)]
+
+    @property
+    def skipped_attacks(self) -> dict[str, str]:
+        """Attacks skipped in every row, with the first row's reason."""
+        measured = set(self.measured_attacks)
+        return {a: str(next(r.privacy[a] for r in self.rows if a in r.privacy))
+                for a in self.attacks if a not in measured}
+
+    @property
+    def anchor(self) -> str:
+        """A stable HTML id for the group."""
+        return "group-" + hashlib.sha256(self.signature.encode("utf-8")).hexdigest()[:10]
+
+
+def _combine(estimates: Sequence[Estimate]) -> Estimate:
+    return seed_summary(list(estimates))
+
+
+def _fill(row: Row) -> None:
+    results = [r.result for r in row.runs]
+    for name in dict.fromkeys(m for res in results for m in res.utility):
+        values = [res.utility[name] for res in results if name in res.utility]
+        row.utility[name] = _combine(values)
+    for attack in dict.fromkeys(a for res in results for a in res.attacks):
+        outcomes = [res.attacks.get(attack) for res in results]
+        measured = [o for o in outcomes if o is not None and not isinstance(o, str)]
+        if not measured:
+            row.privacy[attack] = next((o for o in outcomes if isinstance(o, str)), "not run")
+            continue
+        row.privacy[attack] = _combine([o.empirical_privacy for o in measured])
+        names = dict.fromkeys(m for o in measured for m in o.metrics)
+        row.metrics[attack] = {m: _combine([o.metrics[m] for o in measured if m in o.metrics]) for m in names}
+
+
+def _label(row: Row, varying: Iterable[str]) -> str:
+    meta = row.release_meta
+    parts = []
+    target = row.params.get("replacement")
+    if target is not None:
+        eta = _num(meta.get("eta"))
+        parts.append(f"p={target:g}" + (f" (η={eta:.3g})" if eta is not None else ""))
+    else:
+        for key, symbol in PRIVACY_PARAMS[1:]:
+            value = _num(row.params.get(key))
+            if value is not None:
+                parts.append(f"{symbol}={_fmt(value)}")
+                break
+    parts += [f"{k}={row.params[k]}" for k in varying if k in row.params]
+    return ", ".join(parts) or ("no privacy" if row.defense == "identity" else "default")
+
+
+def group_results(loaded: Sequence[Loaded]) -> list[Group]:
+    """Group results by signature, then into one row per defense setting (seeds combined).
+
+    A result read twice (same ``cell_id`` in the same group) counts once. Groups are ordered by
+    signature; rows by defense name, then by privacy parameter (most noise first, ∞ last).
+    """
+    by_sig: dict[str, dict[str, Row]] = {}
+    seen: set[tuple[str, str]] = set()
+    for item in loaded:
+        res = item.result
+        if (res.signature, res.cell_id) in seen:
+            continue
+        seen.add((res.signature, res.cell_id))
+        params = dict(res.defense.get("params", {}))
+        key = json.dumps([res.defense.get("name"), params], sort_keys=True, default=str)
+        rows = by_sig.setdefault(res.signature, {})
+        if key not in rows:
+            rows[key] = Row(res.signature, str(res.defense.get("name")), params, [])
+        rows[key].runs.append(item)
+    groups = []
+    for sig in sorted(by_sig):
+        rows = list(by_sig[sig].values())
+        for row in rows:
+            _fill(row)
+        for defense in {r.defense for r in rows}:
+            same = [r for r in rows if r.defense == defense]
+            keys = {k for r in same for k in r.params if k not in {"eta", "epsilon", "replacement"}}
+            varying = sorted(k for k in keys if len({json.dumps(r.params.get(k), default=str) for r in same}) > 1)
+            for r in same:
+                r.setting = _label(r, varying)
+        rows.sort(key=lambda r: (r.defense, _sort_level(r.privacy_level), r.setting))
+        groups.append(Group(sig, rows))
+    return groups
+
+
+def _sort_level(value: float) -> float:
+    return math.inf if math.isnan(value) else value
+
+
+def fmt_estimate(est: Estimate, digits: int = 3) -> str:
+    """``0.812 [0.771, 0.850]``."""
+    return f"{est.value:.{digits}f} [{est.ci_low:.{digits}f}, {est.ci_high:.{digits}f}]"
+
+
+__all__ = ["Group", "PRIVACY_PARAMS", "Row", "fmt_estimate", "group_results"]

@@ -1,0 +1,8 @@
+"""Numbers with their uncertainty: confidence intervals, the metric registry, classification scores.
+
+Owns: :mod:`~rapt_audit.scoring.stats` (bootstrap, Wilson and t intervals),
+:mod:`~rapt_audit.scoring.metrics` (every metric's kind and direction, declared once) and
+:mod:`~rapt_audit.scoring.classification` (accuracy, macro-F1 and AUC of predicted probabilities).
+
+May import: :mod:`rapt_audit.api`, numpy, scipy and scikit-learn (the last two inside functions).
+"""

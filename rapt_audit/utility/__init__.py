@@ -1,0 +1,9 @@
+"""Task utility: how the service customizes on privatized input and how well it then does.
+
+Owns: :mod:`~rapt_audit.utility.customize` (prompt tuning, prefix tuning, LoRA through ``peft``, and
+full fine-tuning, with RAPT's reconstruction head), :mod:`~rapt_audit.utility.customized` (the
+utility of a text defense under one of those methods) and :mod:`~rapt_audit.utility.probes` (the
+cheap bag-of-words and logistic-regression probes).
+
+May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.encoder`.
+"""

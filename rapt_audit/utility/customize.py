@@ -1,0 +1,345 @@
+"""Customizing the public model on privatized text: prompt tuning, prefix tuning, LoRA, fine-tuning.
+
+This is the service side of a text defense's utility (RAPT Sec. III-B). The service holds the public
+encoder, receives privatized training texts and labels, and customizes the encoder with one of
+
+* ``prompt`` — prompt tuning (Lester et al.): trainable virtual tokens prepended to the input;
+* ``prefix`` — prefix tuning (Li & Liang): trainable key/value prefixes in every layer;
+* ``lora``   — LoRA on the attention query and value projections (r 16, α 32, dropout 0.05);
+* ``full``   — full fine-tuning (the Qu et al., CIKM 2021 baseline).
+
+The three parameter-efficient methods come from ``peft``; the backbone stays frozen for them. Every
+method trains a linear task head on the mean of the input's hidden states. When the defense is RAPT,
+the input starts with m privatized *plain tokens*; their hidden states feed a reconstruction head
+``softmax(W_down · W_up · g)`` (two bias-free linear layers, hidden size c) that predicts the original
+plain tokens, the plain positions are left out of the task head's mean, and the loss is
+``L_task + L_rec`` with ``L_rec`` summed over the m plain tokens (RAPT eqs. 5–6). The head is dropped
+after training: the model the service keeps is the task model alone.
+
+Hyperparameters are fixed per profile and never chosen on the test split (see :data:`PROFILE_DEFAULTS`).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
+from rapt_audit.api.registry import closest
+
+#: The customization methods, in the order the paper reports them.
+METHODS = ("prompt", "prefix", "lora", "full")
+
+#: Per-profile defaults. ``paper`` is RAPT's NLU setting (Adam, lr 6e-5, batch 128, 4 epochs, max
+#: length 128, 150 prompt tokens, prefix length 10) and Qu et al.'s fine-tuning setting (lr 2e-5,
+#: batch 32, 3 epochs). ``cpu`` and ``smoke`` depart from it so that one run fits on 2 CPU cores:
+#: shorter inputs and prompts, small batches, and learning rates usual for each method at that
+#: batch size (lr 6e-5 with batch 128 would barely move a prompt in the few steps a CPU run has).
+#: They were fixed before any measurement and are not tuned on test data.
+PROFILE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "paper": {"epochs": {"full": 3}, "epochs_default": 4, "batch_size": {"full": 32}, "batch_default": 128,
+              "max_length": 128, "lr": {"prompt": 6e-5, "prefix": 6e-5, "lora": 6e-5, "full": 2e-5},
+              "virtual_tokens": {"prompt": 150, "prefix": 10}},
+    "cpu": {"epochs": {}, "epochs_default": 2, "batch_size": {}, "batch_default": 16, "max_length": 64,
+            "lr": {"prompt": 3e-3, "prefix": 1e-3, "lora": 5e-4, "full": 5e-5},
+            "virtual_tokens": {"prompt": 20, "prefix": 10}},
+    "smoke": {"epochs": {}, "epochs_default": 2, "batch_size": {}, "batch_default": 16, "max_length": 32,
+              "lr": {"prompt": 3e-3, "prefix": 1e-3, "lora": 5e-4, "full": 5e-5},
+              "virtual_tokens": {"prompt": 8, "prefix": 4}},
+}
+
+LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05  # RAPT / REFERENCE.md LoRA setting
+
+
+def check_method(name: str) -> str:
+    """Return ``name`` if it is a customization method, else raise an error listing them."""
+    if name in METHODS:
+        return name
+    hint = closest(name, list(METHODS))
+    suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+    raise UnknownNameError(f"unknown customization method {name!r}{suggestion}; choose one of: "
+                           f"{', '.join(METHODS)} (or 'bow' for the quick bag-of-words probe of T2T/PCT2T)")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Resolved training settings of one customization run (recorded in the result)."""
+
+    method: str
+    epochs: int
+    lr: float
+    batch_size: int
+    max_length: int
+    virtual_tokens: int
+    lora_r: int = LORA_R
+    lora_alpha: int = LORA_ALPHA
+    lora_dropout: float = LORA_DROPOUT
+    rec_hidden: int = 96
+    rec_weight: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return asdict(self)
+
+
+def resolve_settings(method: str, profile: str, overrides: Mapping[str, Any] | None = None) -> TrainSettings:
+    """Profile defaults for ``method`` with the user's non-None ``overrides`` on top, checked.
+
+    Raises:
+        UnknownNameError: unknown method. UsageError: a non-positive size or learning rate.
+    """
+    method = check_method(method)
+    d = PROFILE_DEFAULTS.get(profile, PROFILE_DEFAULTS["cpu"])
+    settings = TrainSettings(method=method, epochs=d["epochs"].get(method, d["epochs_default"]),
+                             lr=d["lr"][method], batch_size=d["batch_size"].get(method, d["batch_default"]),
+                             max_length=d["max_length"], virtual_tokens=d["virtual_tokens"].get(method, 0))
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    settings = replace(settings, **given)
+    for key in ("epochs", "batch_size", "max_length", "rec_hidden", "lora_r"):
+        if getattr(settings, key) < 1:
+            raise UsageError(f"{key} must be a positive integer, got {getattr(settings, key)}")
+    if settings.method in ("prompt", "prefix") and settings.virtual_tokens < 1:
+        raise UsageError(f"virtual_tokens must be >= 1 for {settings.method} tuning, got {settings.virtual_tokens}")
+    if not settings.rec_weight >= 0:
+        raise UsageError(f"rec_weight must be >= 0 (1 in the paper), got {settings.rec_weight}")
+    if not settings.lr > 0:
+        raise UsageError(f"lr must be > 0, got {settings.lr}")
+    if not 0 <= settings.lora_dropout < 1:
+        raise UsageError(f"lora_dropout must be in [0, 1), got {settings.lora_dropout}")
+    return settings
+
+
+@dataclass(frozen=True)
+class PlainTokens:
+    """RAPT's plain tokens: the fixed word sequence k and each word's index in the head's vocabulary."""
+
+    words: tuple[str, ...]
+    targets: tuple[int, ...]
+    vocabulary_size: int
+
+    def __post_init__(self) -> None:
+        if len(self.words) != len(self.targets):
+            raise ValueError("one target index per plain word is needed")
+
+
+def check_positions(settings: TrainSettings, plain_count: int, max_positions: int) -> None:
+    """Fail early when prompt + plain tokens + text + [CLS]/[SEP] exceed the model's positions.
+
+    Prompt tuning's virtual tokens take positions in the input; prefix tuning's prefixes shift the
+    position ids of the input by their length, so both count.
+    """
+    total = settings.virtual_tokens + plain_count + settings.max_length + 2
+    if total > max_positions:
+        raise UsageError(
+            f"{settings.virtual_tokens} virtual tokens + {plain_count} plain tokens + {settings.max_length} text "
+            f"tokens + 2 special tokens = {total} positions, more than the model's maximum of {max_positions}; "
+            "lower virtual_tokens, plain_tokens or max_length")
+
+
+def _task_model_class():  # noqa: ANN202 - defined lazily so that importing this module loads no torch
+    import torch  # lazy (torch)
+    from torch import nn  # lazy (torch)
+
+    class TaskModel(nn.Module):
+        """Backbone (PEFT-wrapped or fully trainable) + mean-pooled task head (+ reconstruction head)."""
+
+        def __init__(self, backbone: nn.Module, hidden: int, n_labels: int, *, skip: int,
+                     rec_vocabulary: int = 0, rec_hidden: int = 96) -> None:
+            super().__init__()
+            self.backbone = backbone
+            self.skip = skip  # prompt tuning puts its virtual tokens first in the output
+            self.task_head = nn.Linear(hidden, n_labels)
+            self.reconstruction = (nn.Sequential(nn.Linear(hidden, rec_hidden, bias=False),  # W_up
+                                                 nn.Linear(rec_hidden, rec_vocabulary, bias=False))  # W_down
+                                   if rec_vocabulary else None)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, task_mask: torch.Tensor,
+                    plain_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = hidden[:, self.skip:]
+            weights = task_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+            logits = self.task_head(pooled)
+            rec_logits = None
+            if self.reconstruction is not None and plain_positions is not None:
+                index = plain_positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+                rec_logits = self.reconstruction(hidden.gather(1, index))
+            return logits, rec_logits
+
+        def drop_reconstruction(self) -> None:
+            """Discard the reconstruction head (RAPT keeps only the task model after training)."""
+            self.reconstruction = None
+
+    return TaskModel
+
+
+def build_task_model(loaded: Any, settings: TrainSettings, n_labels: int, *, rec_vocabulary: int = 0):  # noqa: ANN201
+    """A trainable copy of ``loaded``'s encoder with the method applied and fresh heads.
+
+    The process-wide model is read-only (rapt_audit.encoder.models), so the backbone is a deep copy.
+    """
+    from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model  # lazy (peft)
+
+    backbone = copy.deepcopy(loaded.model).to(loaded.device)
+    hidden = int(backbone.config.hidden_size)
+    skip = 0
+    if settings.method == "full":
+        for name, parameter in backbone.named_parameters():
+            # The pooler feeds nothing here (the task head reads mean-pooled hidden states).
+            parameter.requires_grad_(not name.startswith("pooler."))
+    else:
+        if settings.method == "prompt":
+            config = PromptTuningConfig(task_type=TaskType.FEATURE_EXTRACTION, num_virtual_tokens=settings.virtual_tokens)
+            skip = settings.virtual_tokens
+        elif settings.method == "prefix":
+            config = PrefixTuningConfig(task_type=TaskType.FEATURE_EXTRACTION, num_virtual_tokens=settings.virtual_tokens)
+        else:
+            config = LoraConfig(task_type=TaskType.FEATURE_EXTRACTION, r=settings.lora_r, lora_alpha=settings.lora_alpha,
+                                lora_dropout=settings.lora_dropout, target_modules=["query", "value"])
+        with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5; harmless
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            backbone = get_peft_model(backbone, config)
+    model_class = _task_model_class()
+    return model_class(backbone, hidden, n_labels, skip=skip, rec_vocabulary=rec_vocabulary,
+                       rec_hidden=settings.rec_hidden).to(loaded.device)
+
+
+def encode(tokenizer: Any, texts: Sequence[str], *, plain_count: int, max_length: int, device: str) -> dict[str, Any]:
+    """Tokenize a batch; locate the m plain tokens (the first m words) and the task-head positions.
+
+    Returns ``input_ids``, ``attention_mask``, ``task_mask`` (attended positions that are not plain
+    tokens) and, when ``plain_count`` > 0, ``plain_positions`` ``(batch, m)`` — each plain word's first
+    sub-token.
+    """
+    import torch  # lazy (torch)
+
+    batch = tokenizer(list(texts), truncation=True, max_length=max_length + plain_count + 2, padding=True,
+                      return_tensors="pt")
+    out = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
+    task_mask = batch["attention_mask"].clone()
+    if plain_count:
+        positions = torch.zeros(len(texts), plain_count, dtype=torch.long)
+        for row in range(len(texts)):
+            first: dict[int, int] = {}
+            for position, word in enumerate(batch.word_ids(row)):
+                if word is not None and word < plain_count and word not in first:
+                    first[word] = position
+            if len(first) != plain_count:
+                raise DataError(f"text {row} of the batch does not start with {plain_count} plain words "
+                                f"(found {len(first)}): {texts[row][:80]!r}")
+            positions[row] = torch.tensor([first[i] for i in range(plain_count)])
+            task_mask[row, positions[row]] = 0
+        out["plain_positions"] = positions.to(device)
+    out["task_mask"] = task_mask.to(device)
+    return out
+
+
+@dataclass
+class TrainedClassifier:
+    """A customized task model, its settings and its training history (per-epoch mean losses)."""
+
+    model: Any
+    tokenizer: Any
+    settings: TrainSettings
+    plain_count: int
+    device: str
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    def predict_proba(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+        """Class probabilities for privatized ``texts`` (eval mode, no reconstruction head needed)."""
+        import torch  # lazy (torch)
+
+        self.model.eval()
+        order = np.argsort([len(t) for t in texts])
+        out = np.zeros((len(texts), self.model.task_head.out_features), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                idx = order[start:start + batch_size]
+                batch = encode(self.tokenizer, [texts[i] for i in idx], plain_count=self.plain_count,
+                               max_length=self.settings.max_length, device=self.device)
+                logits, _ = self.model(batch["input_ids"], batch["attention_mask"], batch["task_mask"])
+                out[idx] = torch.softmax(logits.float(), -1).cpu().numpy()
+        return out
+
+
+def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, settings: TrainSettings, *,
+                     n_labels: int, seed: int, plain: PlainTokens | None = None, reconstruction: bool = True,
+                     progress: Callable[[int, int], None] | None = None) -> TrainedClassifier:
+    """Customize ``loaded``'s encoder on privatized ``texts`` and return the task model.
+
+    Args:
+        loaded: The public model (rapt_audit.encoder.models.LoadedModel); it is copied, never modified.
+        texts: Privatized training texts; with ``plain``, each starts with the m privatized plain words.
+        labels: Integer task labels in ``0..n_labels-1``.
+        settings: Method and hyperparameters (:func:`resolve_settings`).
+        n_labels: Number of classes.
+        seed: Seeds initialisation, dropout and batch order (same seed, same model on the same device).
+        plain: RAPT's plain tokens, or None (T2T/PCT2T, or the "without plain tokens" ablation).
+        reconstruction: Add L_rec (needs ``plain``); False is the "without reconstruction" ablation.
+        progress: Called with (step, total steps).
+
+    Raises:
+        DataError: empty training split or a label outside ``0..n_labels-1``.
+    """
+    import torch  # lazy (torch)
+
+    if len(texts) == 0:
+        raise DataError("the training split is empty; customization needs labelled training examples")
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.min() < 0 or labels.max() >= n_labels:
+        raise DataError(f"task labels must lie in 0..{n_labels - 1}; found {labels.min()}..{labels.max()}")
+    plain_count = len(plain.words) if plain is not None else 0
+    check_positions(settings, plain_count, int(loaded.model.config.max_position_embeddings))
+    torch.manual_seed(seed)
+    use_rec = plain is not None and reconstruction and plain_count > 0
+    model = build_task_model(loaded, settings, n_labels, rec_vocabulary=plain.vocabulary_size if use_rec else 0)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=settings.lr)  # RAPT: Adam, no weight decay
+    targets = torch.tensor(plain.targets, device=loaded.device) if use_rec else None
+    y = torch.as_tensor(labels, device=loaded.device)
+    order_rng = np.random.default_rng(seed)
+    steps_per_epoch = -(-len(texts) // settings.batch_size)
+    total, step = settings.epochs * steps_per_epoch, 0
+    trained = TrainedClassifier(model, loaded.tokenizer, settings, plain_count, loaded.device)
+    for epoch in range(settings.epochs):
+        model.train()
+        sums = {"task_loss": 0.0, "rec_loss": 0.0, "rec_accuracy": 0.0}
+        permutation = order_rng.permutation(len(texts))
+        for start in range(0, len(texts), settings.batch_size):
+            idx = permutation[start:start + settings.batch_size]
+            batch = encode(loaded.tokenizer, [texts[i] for i in idx], plain_count=plain_count,
+                           max_length=settings.max_length, device=loaded.device)
+            logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
+                                       batch.get("plain_positions"))
+            task_loss = torch.nn.functional.cross_entropy(logits, y[idx])
+            loss = task_loss
+            if rec_logits is not None:
+                flat = rec_logits.reshape(-1, rec_logits.shape[-1])
+                expected = targets.repeat(len(idx))
+                # Eq. 6 sums over the m plain tokens; averaged over the examples of the batch.
+                rec_loss = torch.nn.functional.cross_entropy(flat, expected, reduction="sum") / len(idx)
+                loss = loss + settings.rec_weight * rec_loss
+                sums["rec_loss"] += float(rec_loss.detach()) * len(idx)
+                sums["rec_accuracy"] += float((flat.argmax(-1) == expected).float().mean()) * len(idx)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            sums["task_loss"] += float(task_loss.detach()) * len(idx)
+            step += 1
+            if progress is not None:
+                progress(step, total)
+        record = {"epoch": epoch + 1, "task_loss": sums["task_loss"] / len(texts)}
+        if use_rec:
+            record.update(rec_loss=sums["rec_loss"] / len(texts), rec_accuracy=sums["rec_accuracy"] / len(texts))
+        trained.history.append(record)
+    model.drop_reconstruction()  # the service keeps the task model only
+    model.eval()
+    return trained
+
+
+__all__ = ["METHODS", "PROFILE_DEFAULTS", "PlainTokens", "TrainSettings", "TrainedClassifier", "build_task_model",
+           "check_method", "check_positions", "encode", "resolve_settings", "train_classifier"]
