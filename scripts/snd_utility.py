@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rapt_audit.api.files import write_text_atomic
+
 ATTACKS = "whitebox,mlp_inversion,ae_inversion,mutual_info"
 
 
@@ -87,7 +89,7 @@ def render(out: Path, report: Path) -> None:
             "", "## Utility", "", *lines, "", "## Attacks on the upload (noisy token embeddings)", "",
             "Empirical privacy = 1 - token recovery (whitebox, MLP), the reconstruction MSE (AE), "
             "1 - I/H(X) (mutual information).", "", *alines, ""]
-    (report / "snd_table.md").write_text("\n".join(text))
+    write_text_atomic(report / "snd_table.md", "\n".join(text))
 
 
 def clipping_aware_nn(config: Any) -> dict[str, Any]:
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = run(config, log=lambda m: print(m, flush=True))
                 if "whitebox" in args.attacks:
                     nn = clipping_aware_nn(config)
-                    (out / f"{name}-eta{eta:g}" / "nn_rescaled.json").write_text(json.dumps(nn, indent=1))
+                    write_text_atomic(out / f"{name}-eta{eta:g}" / "nn_rescaled.json", json.dumps(nn, indent=1))
                 acc = result.utility.get("accuracy")
                 print(f"{name} eta={eta:g}: accuracy={acc.value if acc else float('nan'):.3f} "
                       f"({result.env['wall_time_s']:.0f} s)", flush=True)

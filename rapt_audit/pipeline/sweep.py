@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.files import write_json_atomic
 from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.config import RunConfig, build_config
-from rapt_audit.pipeline.results import RunResult, write_json_atomic
+from rapt_audit.pipeline.results import RunResult
 
 SWEEP_SCHEMA = "rapt-audit/sweep/1"
 SWEEP_INDEX = "sweep.json"

@@ -34,10 +34,11 @@ from statistics import NormalDist
 from typing import Any, Sequence
 
 from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.plugins import load
 from rapt_audit.api.types import Estimate
 from rapt_audit.api.version import __version__
-from rapt_audit.pipeline.results import SCHEMA, RunResult, write_json_atomic
+from rapt_audit.pipeline.results import SCHEMA, RunResult
 from rapt_audit.reporting.collect import collect
 from rapt_audit.scoring.metrics import METRICS
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.pipeline.results import write_text_atomic
+from rapt_audit.api.files import write_text_atomic
 from rapt_audit.reporting.collect import Collection, collect
 from rapt_audit.reporting.summary import Group, fmt_estimate, group_results
 

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit.api.errors import ResultError
+from rapt_audit.api.files import write_bytes_atomic, write_text_atomic
 from rapt_audit.api.plugins import ATTACKS, load
 from rapt_audit.api.registry import describe
 from rapt_audit.api.types import Estimate
 from rapt_audit.api.version import __version__
 from rapt_audit.mechanisms.calibration import RAPT_TABLE_III
-from rapt_audit.pipeline.results import SYNTHETIC_WARNING, write_text_atomic
+from rapt_audit.pipeline.results import SYNTHETIC_WARNING
 from rapt_audit.reporting.collect import Collection, collect
 from rapt_audit.reporting.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
 from rapt_audit.reporting.style import CSP, STYLE
@@ -341,8 +342,8 @@ def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "
     report = build_report(coll, title=title, base=out.parent, files_rel=rel)
     fig_dir.mkdir(parents=True, exist_ok=True)
     for fig in report.figures:
-        (fig_dir / f"{fig.stem}.png").write_bytes(fig.png)
-        (fig_dir / f"{fig.stem}.svg").write_bytes(fig.svg)
+        write_bytes_atomic(fig_dir / f"{fig.stem}.png", fig.png)
+        write_bytes_atomic(fig_dir / f"{fig.stem}.svg", fig.svg)
     write_text_atomic(out, report.html)
     return out, coll
 
