@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic
-from rapt_audit.api.types import AttackResult, Estimate
+from rapt_audit.api.types import AttackResult, Estimate, Skip
 
 SCHEMA = "rapt-audit/result/1"
 RESULT_FILE = "result.json"
@@ -47,10 +47,15 @@ class RunResult:
     dataset: dict[str, Any]
     defense: dict[str, Any]
     utility: dict[str, Estimate]
-    attacks: dict[str, AttackResult | str]
+    attacks: dict[str, AttackResult | Skip]
     env: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     schema: str = SCHEMA
+
+    def __post_init__(self) -> None:
+        # A skip reason given as a plain string (the older in-memory shape) becomes a Skip.
+        self.attacks = {name: outcome if isinstance(outcome, (AttackResult, Skip)) else Skip.from_dict(outcome)
+                        for name, outcome in self.attacks.items()}
 
     @property
     def synthetic(self) -> bool:
@@ -61,8 +66,8 @@ class RunResult:
         """The JSON document."""
         attacks: dict[str, Any] = {}
         for name, outcome in self.attacks.items():
-            if isinstance(outcome, str):
-                attacks[name] = {"skipped": outcome}
+            if isinstance(outcome, Skip):
+                attacks[name] = outcome.to_dict()
             else:
                 attacks[name] = {"empirical_privacy": outcome.empirical_privacy.to_dict(),
                                  "metrics": {k: v.to_dict() for k, v in outcome.metrics.items()},
@@ -75,10 +80,10 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
         """Inverse of :meth:`to_dict`."""
-        attacks: dict[str, AttackResult | str] = {}
+        attacks: dict[str, AttackResult | Skip] = {}
         for name, outcome in data["attacks"].items():
-            if "skipped" in outcome:
-                attacks[name] = str(outcome["skipped"])
+            if isinstance(outcome, str) or "skipped" in outcome:
+                attacks[name] = Skip.from_dict(outcome)
             else:
                 attacks[name] = AttackResult(Estimate.from_dict(outcome["empirical_privacy"]),
                                              {k: Estimate.from_dict(v) for k, v in outcome["metrics"].items()},
