@@ -166,6 +166,50 @@ def fingerprint_files(paths: Sequence[Path]) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class SplitFiles:
+    """The records of a dataset's split files, read in a fixed order (see :func:`read_split_files`).
+
+    Attributes:
+        records: The records of every split, split after split.
+        counts: Split name → number of records read from its file.
+        paths: The files, in split order.
+    """
+
+    records: tuple[Record, ...]
+    counts: dict[str, int]
+    paths: tuple[Path, ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """The data fingerprint of the files (:func:`fingerprint_files`)."""
+        return fingerprint_files(self.paths)
+
+    @property
+    def folder(self) -> Path:
+        """The folder holding the files (named in ``Dataset.source``)."""
+        return self.paths[0].parent
+
+
+def read_split_files(data_dir: Path | None, *, dataset: str, splits: Sequence[str], suffix: str,
+                     read: Callable[[Path, str], list[Record]]) -> SplitFiles:
+    """Read ``<data_dir>/<dataset>/<split><suffix>`` with ``read(path, split)`` for each split, in order.
+
+    Every file is checked to exist before any is read, so a missing file fails fast.
+
+    Raises:
+        DataError: when the data directory or a file is missing (and whatever ``read`` raises).
+    """
+    paths = tuple(require_file(data_dir, f"{dataset}/{split}{suffix}", dataset=dataset) for split in splits)
+    records: list[Record] = []
+    counts: dict[str, int] = {}
+    for split, path in zip(splits, paths):
+        part = read(path, split)
+        counts[split] = len(part)
+        records.extend(part)
+    return SplitFiles(tuple(records), counts, paths)
+
+
 #: Loader signature: ``loader(data_dir) -> Dataset``.
 Loader = Callable[[Path | None], Dataset]
 
