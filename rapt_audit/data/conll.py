@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record, Span
-from rapt_audit.data.base import DATASETS, Dataset, read_split_files
+from rapt_audit.data.base import DATASETS, Dataset, load_split_files
 
 SPLITS = ("train", "valid", "test")
 ENTITY_LABELS = ("PER", "LOC", "ORG", "MISC")
@@ -88,14 +88,10 @@ def load(data_dir: Path | None) -> Dataset:
     Args:
         data_dir: Directory holding ``conll2003/{train,valid,test}.txt``.
     """
-    files = read_split_files(data_dir, dataset="conll2003", splits=SPLITS, suffix=".txt", read=read_split)
-    return Dataset(
-        name="conll2003",
-        records=files.records,
+    return load_split_files(
+        data_dir, name="conll2003", splits=SPLITS, suffix=".txt", read=read_split,
+        source="CoNLL-2003 English (IOB2) train/valid/test",
         entity_labels=ENTITY_LABELS,
-        fingerprint=files.fingerprint,
-        source=f"CoNLL-2003 English (IOB2) train/valid/test from {files.folder}",
-        notes={"split_counts": files.counts,
-               "caveats": "Reuters RCV1 text, research use only; tags are IOB2 converted from the original "
+        notes={"caveats": "Reuters RCV1 text, research use only; tags are IOB2 converted from the original "
                           "IOB1; valid = eng.testa, test = eng.testb; text is tokens joined by single spaces"},
     )

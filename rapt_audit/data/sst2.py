@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record
-from rapt_audit.data.base import DATASETS, Dataset, read_split_files
+from rapt_audit.data.base import DATASETS, Dataset, load_split_files
 
 SPLITS = ("train", "dev")
 LABEL_NAMES = ("negative", "positive")
@@ -47,16 +47,12 @@ def load(data_dir: Path | None) -> Dataset:
     Args:
         data_dir: Directory holding ``sst2/train.tsv`` and ``sst2/dev.tsv``.
     """
-    files = read_split_files(data_dir, dataset="sst2", splits=SPLITS, suffix=".tsv", read=read_split)
-    return Dataset(
-        name="sst2",
-        records=files.records,
+    return load_split_files(
+        data_dir, name="sst2", splits=SPLITS, suffix=".tsv", read=read_split,
+        source="GLUE SST-2 train + dev",
         label_names=LABEL_NAMES,
         task="binary sentiment (SST-2)",
-        fingerprint=files.fingerprint,
-        source=f"GLUE SST-2 train + dev from {files.folder}",
-        notes={"split_counts": files.counts,
-               "caveats": "text is lower-cased and PTB-tokenised; train rows include sub-sentence phrases "
+        notes={"caveats": "text is lower-cased and PTB-tokenised; train rows include sub-sentence phrases "
                           "and duplicates; GLUE test labels are hidden so dev is the evaluation split; "
                           "the GLUE trailing space before the tab is removed"},
     )
