@@ -14,8 +14,9 @@ from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_s
 from rapt_audit.encoder.encode import input_table, token_id_lists
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.classification import accuracy_estimate, macro_f1_estimate
 from rapt_audit.scoring.metrics import metric
-from rapt_audit.scoring.stats import bootstrap_mean, bootstrap_statistic
+from rapt_audit.scoring.stats import bootstrap_mean
 
 metric("attribute_macro_f1", "attack", False, "macro-F1 of the attacker's private-attribute guesses")
 
@@ -40,20 +41,6 @@ def release_features(release: Release, *, ctx: RunContext) -> tuple[np.ndarray, 
         ids = token_id_lists(ctx, list(release.user_texts()))
         return _mean_rows([table[i] for i in ids], width=table.shape[1]), "texts"
     raise Skip("the release carries no texts, token embeddings or sequence embeddings")
-
-
-def macro_f1_score(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> float:
-    """Macro-F1 over classes ``0..n_classes-1`` (as sklearn's with ``labels`` and ``zero_division=0``).
-
-    ``y_true`` may hold -1 for a value the attacker never saw: it is a miss for every class. Written
-    with ``bincount`` because the bootstrap calls it hundreds of times.
-    """
-    tp = np.bincount(y_true[y_true == y_pred], minlength=n_classes)[:n_classes]
-    predicted = np.bincount(y_pred, minlength=n_classes)[:n_classes]
-    actual = np.bincount(y_true[y_true >= 0], minlength=n_classes)[:n_classes]
-    denominator = predicted + actual
-    f1 = np.divide(2.0 * tp, denominator, out=np.zeros(n_classes), where=denominator > 0)
-    return float(f1.mean())
 
 
 def _mean_rows(sequences: Sequence[np.ndarray], *, width: int | None = None) -> np.ndarray:
@@ -189,17 +176,15 @@ class AttributeInferenceAttack:
             predicted = self._model(x).argmax(1).cpu().numpy()
         truth_y = self._encode(scored)
         rng = ctx.rng("attack", self.name, "bootstrap")
-        accuracy = bootstrap_mean((predicted == truth_y).astype(float), rng=rng)
-
-        def macro_f1(idx: np.ndarray) -> float:
-            return macro_f1_score(truth_y[idx], predicted[idx], len(self._classes))
-
+        accuracy = accuracy_estimate(predicted, truth_y, rng=rng)
         counts = Counter(r.attributes[self.attribute] for r in self._with_attribute(self._aux.train))
         majority = max(sorted(counts), key=lambda c: counts[c])  # ties → alphabetically first value
         baseline = bootstrap_mean(np.array([r.attributes[self.attribute] == majority for r in scored], float), rng=rng)
         attr = self.attribute
+        # Bootstrap draws in a fixed order: accuracy, the baseline, then macro-F1.
         metrics = {f"attribute_accuracy.{attr}": accuracy,
-                   f"attribute_macro_f1.{attr}": bootstrap_statistic(len(scored), macro_f1, rng=rng, resamples=300),
+                   f"attribute_macro_f1.{attr}": macro_f1_estimate(predicted, truth_y, rng=rng,
+                                                                    n_classes=len(self._classes)),
                    f"majority_baseline.{attr}": baseline}
         details = {**self._fit_details, "attribute": attr, "majority_value": majority, "victim_scored": len(scored),
                    "victim_class_counts": dict(Counter(r.attributes[attr] for r in scored)),

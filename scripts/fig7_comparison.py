@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rapt_audit.api.files import write_text_atomic
+
 #: Privacy parameter and default sweep per defense (MiniLM-scaled η for the dχ defenses: T2T's
 #: word-replacement probability is 0.99 / 0.86 / 0.13 at η = 25 / 50 / 100 on WikiText-2).
 SWEEPS: dict[str, tuple[str, list[float]]] = {
@@ -193,8 +195,8 @@ def render(rows: list[dict[str, Any]], report: Path) -> None:
     sizes = rows[0]["sizes"] if rows else {}
     meta = (f"Sizes: {json.dumps(sizes)}; profile {rows[0]['profile'] if rows else '-'}; seed "
             f"{rows[0]['seed'] if rows else '-'}; model all-MiniLM-L6-v2; CPU.")
-    (report / "fig7_table.md").write_text("\n".join(["# RAPT Fig. 7 comparison (MiniLM, TP-US privacy, SST-2 utility)", "",
-                                                     PROTOCOL, "", meta, "", *lines, ""]))
+    title = "# RAPT Fig. 7 comparison (MiniLM, TP-US privacy, SST-2 utility)"
+    write_text_atomic(report / "fig7_table.md", "\n".join([title, "", PROTOCOL, "", meta, "", *lines, ""]))
 
 
 PROTOCOL = ("Protocol: empirical privacy = 1 - accuracy of the adaptive attribute-inference MLP on TP-US "

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rapt_audit.api.files import write_text_atomic
+
 ATTACKS = "whitebox,mlp_inversion,ae_inversion,mutual_info"
 
 
@@ -87,23 +89,24 @@ def render(out: Path, report: Path) -> None:
             "", "## Utility", "", *lines, "", "## Attacks on the upload (noisy token embeddings)", "",
             "Empirical privacy = 1 - token recovery (whitebox, MLP), the reconstruction MSE (AE), "
             "1 - I/H(X) (mutual information).", "", *alines, ""]
-    (report / "snd_table.md").write_text("\n".join(text))
+    write_text_atomic(report / "snd_table.md", "\n".join(text))
 
 
 def clipping_aware_nn(config: Any) -> dict[str, Any]:
     """Top-1 token recovery of a nearest-neighbour attacker that knows the clipping (Kerckhoffs).
 
-    The suite's ``whitebox`` attack searches the vocabulary with the upload as it is. A clipped
-    upload has norm ``C`` instead of about ``d/η``, which shrinks the dot-product term of the
-    Euclidean search and pulls every guess towards small-norm tokens, so that attack under-states
-    what leaks. This attacker first rescales each clipped vector to the expected unclipped norm
-    ``sqrt(m² + d(d+1)/η²)`` (m: the median vocabulary norm; post-processing of the release), then
-    searches. For unclipped releases it is the plain nearest-neighbour attack (a sanity check).
+    A clipped upload has norm ``C`` instead of about ``d/η``, which shrinks the dot-product term of
+    the Euclidean search and pulls every guess towards small-norm tokens. This attacker first undoes
+    the clipping exactly as the suite's ``whitebox`` attack does
+    (:func:`rapt_audit.attacks.whitebox.undo_norm_clipping`: clipped vectors are rescaled to the
+    expected unclipped norm), then searches the regular vocabulary exhaustively. For unclipped
+    releases it is the plain nearest-neighbour attack (a sanity check).
     """
     import numpy as np
 
     from rapt_audit.api.params import make_plugin
     from rapt_audit.api.plugins import DEFENSES, load
+    from rapt_audit.attacks.whitebox import undo_norm_clipping
     from rapt_audit.data import SplitSizes, load_dataset, make_splits
     from rapt_audit.encoder.encode import token_id_lists
     from rapt_audit.encoder.vocab import embedding_space
@@ -123,26 +126,19 @@ def clipping_aware_nn(config: Any) -> dict[str, Any]:
     space = embedding_space(ctx)
     vocab = space.vectors.astype(np.float32)
     vocab_sq = np.einsum("ij,ij->i", vocab, vocab)
-    d, eta = vocab.shape[1], float(config.defense_args["eta"])
-    bound = getattr(defense, "clip_bound", lambda _ctx: None)(ctx)
-    target_norm = float(np.sqrt(np.median(vocab_sq) + d * (d + 1) / eta ** 2))
+    rows = [space.rows_of(ids) for ids in token_id_lists(ctx, [r.text for r in test])]
+    uploads = [np.asarray(upload, dtype=np.float32)[r >= 0] for r, upload in zip(rows, release.token_embeddings)]
+    searched, rescaled = undo_norm_clipping(np.concatenate(uploads), release.meta, vocab)
     correct, counts = [], []
-    for ids, upload in zip(token_id_lists(ctx, [r.text for r in test]), release.token_embeddings):
-        rows = space.rows_of(ids)
-        keep = rows >= 0
-        u = np.asarray(upload, dtype=np.float32)[keep]
-        if bound is not None and len(u):
-            norms = np.linalg.norm(u, axis=1)
-            clipped = norms >= bound * (1 - 1e-4)
-            u[clipped] *= (target_norm / norms[clipped])[:, None]
+    for r, u in zip(rows, np.split(searched, np.cumsum([len(u) for u in uploads])[:-1])):
         guess = np.argmax(2 * u @ vocab.T - vocab_sq, axis=1) if len(u) else np.zeros(0, np.int64)
-        correct.append(float((guess == rows[keep]).sum()))
-        counts.append(float(keep.sum()))
+        correct.append(float((guess == r[r >= 0]).sum()))
+        counts.append(float(len(u)))
     values, weights = np.array(correct), np.array(counts)
     has = weights > 0
     est = bootstrap_mean(values[has] / weights[has], weights=weights[has], rng=ctx.rng("nn_rescaled"))
     return {"token_accuracy": est.to_dict(), "empirical_privacy": est.complement().to_dict(),
-            "clip_norm": bound, "rescaled_to": target_norm if bound is not None else None}
+            "clip_norm": release.meta.get("clip_norm"), "rescaled_vectors": rescaled}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = run(config, log=lambda m: print(m, flush=True))
                 if "whitebox" in args.attacks:
                     nn = clipping_aware_nn(config)
-                    (out / f"{name}-eta{eta:g}" / "nn_rescaled.json").write_text(json.dumps(nn, indent=1))
+                    write_text_atomic(out / f"{name}-eta{eta:g}" / "nn_rescaled.json", json.dumps(nn, indent=1))
                 acc = result.utility.get("accuracy")
                 print(f"{name} eta={eta:g}: accuracy={acc.value if acc else float('nan'):.3f} "
                       f"({result.env['wall_time_s']:.0f} s)", flush=True)

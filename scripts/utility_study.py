@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rapt_audit.api.files import write_text_atomic
+
 DEFAULT_TARGETS = (0.45, 0.14)
 
 
@@ -182,7 +184,7 @@ def main() -> None:
         calibration = {float(k): v for k, v in json.loads(calibration_file.read_text())["eta"].items()}
     else:
         calibration = calibrate(targets, args.data_dir, args.cache)
-        calibration_file.write_text(json.dumps({"eta": calibration, "method": "t2t replacement on WikiText-2"}))
+        write_text_atomic(calibration_file, json.dumps({"eta": calibration, "method": "t2t replacement on WikiText-2"}))
     etas = {f"p={t:g} (eta {calibration[t]:.1f})": calibration[t] for t in targets} | {"inf": math.inf}
     print("calibrated:", etas, flush=True)
     results_file = out / "cells.jsonl"
@@ -201,7 +203,7 @@ def main() -> None:
             print(f"{row['key']}: acc {row['utility']['accuracy']['value']:.3f} ({row['wall_s']} s)", flush=True)
     rows = [json.loads(line) for line in results_file.read_text().splitlines()]
     text = summarize(rows) + "\n\nPaired differences in accuracy:\n\n" + paired_differences(rows)
-    (out / "summary.md").write_text(text + "\n")
+    write_text_atomic(out / "summary.md", text + "\n")
     print(text)
 
 

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Mapping
 
-from rapt_audit.api.types import AttackResult, Estimate
+from rapt_audit.api.types import AttackResult, Estimate, Skip
 from rapt_audit.pipeline.results import SYNTHETIC_WARNING, RunResult, write_result
 
 SIG_A = "data:sst2@aaaaaaaa|splits:200/100/200/100|model:minilm@53aa5117|profile:smoke|attacks:11111111|v:0.1"
@@ -26,7 +26,7 @@ def est(value: float, half: float = 0.02, n: int = 100) -> Estimate:
 def fake_result(*, defense: str = "t2t", eta: float | None = 50.0, accuracy: float = 0.8,
                 privacy: Mapping[str, float | str] | None = None, signature: str = SIG_A, seed: int = 0,
                 synthetic: bool = False, dataset: str = "sst2", half: float = 0.02) -> RunResult:
-    """A complete result: utility, one AttackResult (or skip reason) per attack, provenance."""
+    """A complete result: utility, one AttackResult (or a Skip, given as its reason) per attack, provenance."""
     privacy = {"whitebox": 0.3, "random_guess": 0.95} if privacy is None else privacy
     defense_args = {} if eta is None else {"eta": "inf" if math.isinf(eta) else str(eta)}
     config = {"defense": defense, "attacks": ",".join(privacy), "dataset": dataset, "model": "minilm",
@@ -34,10 +34,10 @@ def fake_result(*, defense: str = "t2t", eta: float | None = 50.0, accuracy: flo
               "defense_args": defense_args, "attack_args": {}, "data_args": {}, "force": False}
     cell = hashlib.sha256(json.dumps({k: v for k, v in config.items() if k != "out"},
                                      sort_keys=True).encode()).hexdigest()[:12]
-    attacks: dict[str, AttackResult | str] = {}
+    attacks: dict[str, AttackResult | Skip] = {}
     for name, value in privacy.items():
         if isinstance(value, str):
-            attacks[name] = value
+            attacks[name] = Skip(value)
         else:
             attacks[name] = AttackResult(est(value, half), {"token_accuracy": est(1 - value, half)},
                                          {"records": 100})

@@ -98,3 +98,12 @@ def test_broken_entry_point_names_the_plugin(monkeypatch):
     monkeypatch.setattr(plugins, "entry_points", lambda group: [Broken()] if group == "rapt_audit.attacks" else [])
     with pytest.raises(UsageError, match="plugin 'broken' from entry point 'pkg.mod:Missing' failed to load"):
         plugins.load()
+
+
+def test_metric_is_declared_once():
+    from rapt_audit.scoring.metrics import METRICS, metric
+
+    before = METRICS.get("accuracy")
+    with pytest.raises(UsageError, match="metric 'accuracy' is registered twice"):
+        metric("accuracy", "utility", True, "a second declaration")
+    assert METRICS.get("accuracy") is before

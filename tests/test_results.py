@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rapt_audit.api.errors import ResultError
-from rapt_audit.api.types import AttackResult, Estimate
+from rapt_audit.api.types import AttackResult, Estimate, Skip
 from rapt_audit.pipeline.results import SCHEMA, RunResult, read_result, write_result
 from rapt_audit.scoring.stats import bootstrap_mean, wilson
 
@@ -17,7 +17,7 @@ def _result() -> RunResult:
     est = Estimate(0.8, 0.7, 0.9, 100, "bootstrap-percentile")
     return RunResult(signature="sig", cell_id="abc", config={"defense": "identity"}, dataset={"name": "x"},
                      defense={"name": "identity"}, utility={"accuracy": est},
-                     attacks={"a": AttackResult(est.complement(), {"token_accuracy": est}), "b": "needs texts"},
+                     attacks={"a": AttackResult(est.complement(), {"token_accuracy": est}), "b": Skip("needs texts")},
                      env={"seed": 0})
 
 
@@ -28,6 +28,19 @@ def test_round_trip(tmp_path):
     assert back.attacks["b"] == "needs texts"
     assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
     assert json.loads(path.read_text())["schema"] == SCHEMA
+
+
+def test_one_skip_shape(tmp_path):
+    """A skipped attack is a Skip in memory and {"skipped": reason} on disk; a bare reason reads back too."""
+    path = write_result(_result(), tmp_path)
+    doc = json.loads(path.read_text())
+    assert doc["attacks"]["b"] == {"skipped": "needs texts"}
+    assert isinstance(read_result(path).attacks["b"], Skip)
+    doc["attacks"]["b"] = "needs texts"  # the older in-memory shape, should a file ever hold it
+    path.write_text(json.dumps(doc))
+    back = read_result(path)
+    assert back.attacks["b"] == Skip("needs texts") and back.attacks["b"].reason == "needs texts"
+    assert back.to_dict() == _result().to_dict()
 
 
 def test_schema_and_corruption_errors(tmp_path):

@@ -56,27 +56,29 @@ class Registry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
 
-    def register(self, name: str, *, tags: tuple[str, ...] = (), default: bool = True,
-                 force: bool = False) -> Callable[[T], T]:
+    def register(self, name: str, *, tags: tuple[str, ...] = (), default: bool = True) -> Callable[[T], T]:
         """Decorator that registers ``obj`` under ``name``.
 
         Args:
             name: The plugin's command-line name (snake_case).
             tags: Tags usable in ``tag:x`` selections.
             default: Whether ``all`` includes the plugin.
-            force: Replace an existing registration instead of refusing it.
         """
 
         def decorator(obj: T) -> T:
-            self.add(name, obj, tags=tags, default=default, force=force)
+            self.add(name, obj, tags=tags, default=default)
             return obj
 
         return decorator
 
-    def add(self, name: str, obj: T, *, tags: tuple[str, ...] = (), default: bool = True,
-            force: bool = False) -> None:
-        """Register ``obj`` under ``name`` (non-decorator form of :meth:`register`)."""
-        if name in self._entries and not force and self._entries[name].obj is not obj:
+    def add(self, name: str, obj: T, *, tags: tuple[str, ...] = (), default: bool = True) -> None:
+        """Register ``obj`` under ``name`` (non-decorator form of :meth:`register`).
+
+        Raises:
+            UsageError: when another object is already registered as ``name`` (registering the
+                same object again is harmless).
+        """
+        if name in self._entries and self._entries[name].obj is not obj:
             raise UsageError(f"{self.kind} {name!r} is registered twice; pick another name")
         if hasattr(obj, "__dict__") and isinstance(obj, type):
             obj.name = name  # type: ignore[attr-defined]  # the class knows its registry name

@@ -241,8 +241,36 @@ class Attack(Protocol):
 class Skip(Exception):
     """Raised by an attack (or the runner) when a pair cannot run; the message is the reason.
 
-    A skip is recorded in ``result.json`` as ``{"skipped": reason}`` and is not an error.
+    A skip is not an error, and it has one shape everywhere: a result holds the :class:`Skip` as the
+    pair's outcome (``RunResult.attacks[name]``, next to :class:`AttackResult`), and ``result.json``
+    holds ``{"skipped": reason}`` (:meth:`to_dict` / :meth:`from_dict`). Skips with the same reason
+    are equal; a skip also equals its reason as a plain string, the in-memory shape of older code.
     """
+
+    def __init__(self, reason: object) -> None:
+        super().__init__(str(reason))
+
+    @property
+    def reason(self) -> str:
+        """Why the pair could not run."""
+        return str(self.args[0])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Skip, str)):
+            return self.reason == str(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.reason)
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON form recorded in ``result.json``."""
+        return {"skipped": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | str) -> Skip:
+        """Inverse of :meth:`to_dict`; a bare reason string (the older shape) is read as well."""
+        return cls(data if isinstance(data, str) else data["skipped"])
 
 
 def uid_key(records: Sequence[Record]) -> int:

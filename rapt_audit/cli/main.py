@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from rapt_audit.api.errors import RaptAuditError
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.registry import describe
+from rapt_audit.api.types import Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.cli import calibrate
 from rapt_audit.cli.calibrate import cmd_calibrate
@@ -106,8 +107,8 @@ def format_result(result: Any) -> str:
     for name, est in result.utility.items():
         lines.append(f"{'utility ' + name + ' ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
     for name, outcome in result.attacks.items():
-        if isinstance(outcome, str):
-            lines.append(f"{name + ' empirical privacy':<40} {'skipped':>8}   {outcome}")
+        if isinstance(outcome, Skip):
+            lines.append(f"{name + ' empirical privacy':<40} {'skipped':>8}   {outcome.reason}")
             continue
         est = outcome.empirical_privacy
         lines.append(f"{name + ' empirical privacy ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")

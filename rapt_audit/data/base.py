@@ -166,6 +166,39 @@ def fingerprint_files(paths: Sequence[Path]) -> str:
     return digest.hexdigest()
 
 
+def load_split_files(data_dir: Path | None, *, name: str, splits: Sequence[str], suffix: str,
+                     read: Callable[[Path, str], list[Record]], source: str, notes: Mapping[str, Any],
+                     **fields: Any) -> Dataset:
+    """A :class:`Dataset` of the split files ``<data_dir>/<name>/<split><suffix>``, read in ``splits`` order.
+
+    Every file is checked to exist before any is read, so a missing file fails fast. The records
+    of each split come from ``read(path, split)``, split after split; the fingerprint covers the
+    files' names and bytes.
+
+    Args:
+        data_dir: The data directory (``None``: a :class:`DataError` that says how to give one).
+        name: The dataset's registry name, also its folder.
+        splits: The split files to read, in order.
+        suffix: The files' extension (``".tsv"``).
+        read: Parses one file into records with uids unique across splits.
+        source: Where the data comes from; `` from <folder>`` is appended.
+        notes: Notes recorded after ``split_counts`` (the records per split).
+        **fields: Further :class:`Dataset` fields (``label_names``, ``task``, ``entity_labels``...).
+
+    Raises:
+        DataError: when the data directory or a file is missing (and whatever ``read`` raises).
+    """
+    paths = [require_file(data_dir, f"{name}/{split}{suffix}", dataset=name) for split in splits]
+    records: list[Record] = []
+    counts: dict[str, int] = {}
+    for split, path in zip(splits, paths):
+        part = read(path, split)
+        counts[split] = len(part)
+        records.extend(part)
+    return Dataset(name=name, records=tuple(records), fingerprint=fingerprint_files(paths),
+                   source=f"{source} from {paths[0].parent}", notes={"split_counts": counts, **notes}, **fields)
+
+
 #: Loader signature: ``loader(data_dir) -> Dataset``.
 Loader = Callable[[Path | None], Dataset]
 

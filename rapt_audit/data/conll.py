@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record, Span
-from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
+from rapt_audit.data.base import DATASETS, Dataset, load_split_files
 
 SPLITS = ("train", "valid", "test")
 ENTITY_LABELS = ("PER", "LOC", "ORG", "MISC")
@@ -88,20 +88,10 @@ def load(data_dir: Path | None) -> Dataset:
     Args:
         data_dir: Directory holding ``conll2003/{train,valid,test}.txt``.
     """
-    paths = [require_file(data_dir, f"conll2003/{split}.txt", dataset="conll2003") for split in SPLITS]
-    records: list[Record] = []
-    counts: dict[str, int] = {}
-    for split, path in zip(SPLITS, paths):
-        part = read_split(path, split)
-        counts[split] = len(part)
-        records.extend(part)
-    return Dataset(
-        name="conll2003",
-        records=tuple(records),
+    return load_split_files(
+        data_dir, name="conll2003", splits=SPLITS, suffix=".txt", read=read_split,
+        source="CoNLL-2003 English (IOB2) train/valid/test",
         entity_labels=ENTITY_LABELS,
-        fingerprint=fingerprint_files(paths),
-        source=f"CoNLL-2003 English (IOB2) train/valid/test from {paths[0].parent}",
-        notes={"split_counts": counts,
-               "caveats": "Reuters RCV1 text, research use only; tags are IOB2 converted from the original "
+        notes={"caveats": "Reuters RCV1 text, research use only; tags are IOB2 converted from the original "
                           "IOB1; valid = eng.testa, test = eng.testb; text is tokens joined by single spaces"},
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record
-from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
+from rapt_audit.data.base import DATASETS, Dataset, load_split_files
 
 SPLITS = ("dev", "test")
 LABEL_NAMES = ("not_duplicate", "duplicate")
@@ -43,21 +43,11 @@ def load(data_dir: Path | None) -> Dataset:
     Args:
         data_dir: Directory holding ``qqp/dev.tsv`` and ``qqp/test.tsv``.
     """
-    paths = [require_file(data_dir, f"qqp/{split}.tsv", dataset="qqp") for split in SPLITS]
-    records: list[Record] = []
-    counts: dict[str, int] = {}
-    for split, path in zip(SPLITS, paths):
-        part = read_split(path, split)
-        counts[split] = len(part)
-        records.extend(part)
-    return Dataset(
-        name="qqp",
-        records=tuple(records),
+    return load_split_files(
+        data_dir, name="qqp", splits=SPLITS, suffix=".tsv", read=read_split,
+        source="Quora Question Pairs, BiMPM dev + test split,",
         label_names=LABEL_NAMES,
         task="paraphrase detection (duplicate question pairs)",
-        fingerprint=fingerprint_files(paths),
-        source=f"Quora Question Pairs, BiMPM dev + test split, from {paths[0].parent}",
-        notes={"split_counts": counts,
-               "caveats": "BiMPM subset, not GLUE QQP: CoreNLP-tokenised text and a label-balanced 50/50 "
+        notes={"caveats": "BiMPM subset, not GLUE QQP: CoreNLP-tokenised text and a label-balanced 50/50 "
                           "split, so accuracy is not comparable to GLUE QQP numbers (about 37% duplicates)"},
     )

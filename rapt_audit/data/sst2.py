@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record
-from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
+from rapt_audit.data.base import DATASETS, Dataset, load_split_files
 
 SPLITS = ("train", "dev")
 LABEL_NAMES = ("negative", "positive")
@@ -47,22 +47,12 @@ def load(data_dir: Path | None) -> Dataset:
     Args:
         data_dir: Directory holding ``sst2/train.tsv`` and ``sst2/dev.tsv``.
     """
-    paths = [require_file(data_dir, f"sst2/{split}.tsv", dataset="sst2") for split in SPLITS]
-    records: list[Record] = []
-    counts: dict[str, int] = {}
-    for split, path in zip(SPLITS, paths):
-        part = read_split(path, split)
-        counts[split] = len(part)
-        records.extend(part)
-    return Dataset(
-        name="sst2",
-        records=tuple(records),
+    return load_split_files(
+        data_dir, name="sst2", splits=SPLITS, suffix=".tsv", read=read_split,
+        source="GLUE SST-2 train + dev",
         label_names=LABEL_NAMES,
         task="binary sentiment (SST-2)",
-        fingerprint=fingerprint_files(paths),
-        source=f"GLUE SST-2 train + dev from {paths[0].parent}",
-        notes={"split_counts": counts,
-               "caveats": "text is lower-cased and PTB-tokenised; train rows include sub-sentence phrases "
+        notes={"caveats": "text is lower-cased and PTB-tokenised; train rows include sub-sentence phrases "
                           "and duplicates; GLUE test labels are hidden so dev is the evaluation split; "
                           "the GLUE trailing space before the tab is removed"},
     )

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from rapt_audit.api.types import Record
-from rapt_audit.data.base import DATASETS, Dataset, fingerprint_files, require_file
+from rapt_audit.data.base import DATASETS, Dataset, load_split_files
 
 SPLITS = ("valid", "test")
 _HEADING = re.compile(r"^ ?(= )+.*?( =)+ ?$")
@@ -46,19 +46,10 @@ def load(data_dir: Path | None) -> Dataset:
     Args:
         data_dir: Directory holding ``wikitext2/valid.txt`` and ``wikitext2/test.txt``.
     """
-    paths = [require_file(data_dir, f"wikitext2/{split}.txt", dataset="wikitext2") for split in SPLITS]
-    records: list[Record] = []
-    counts: dict[str, int] = {}
-    for split, path in zip(SPLITS, paths):
-        part = read_split(path, split)
-        counts[split] = len(part)
-        records.extend(part)
-    return Dataset(
-        name="wikitext2",
-        records=tuple(records),
-        fingerprint=fingerprint_files(paths),
-        source=f"WikiText-2 (tokenised v1) valid + test from {paths[0].parent}",
-        notes={"split_counts": counts, "unit": "sentence",
+    return load_split_files(
+        data_dir, name="wikitext2", splits=SPLITS, suffix=".txt", read=read_split,
+        source="WikiText-2 (tokenised v1) valid + test",
+        notes={"unit": "sentence",
                "caveats": "tokenised text with <unk> and @-@ markers; train split missing (valid + test only, "
                           "about 455k tokens); public Wikipedia text (CC BY-SA 3.0), not private data"},
     )

@@ -11,23 +11,23 @@ Nearest-neighbour ties (duplicate rows) resolve to the lowest row, as numpy's ``
 duplicates among regular tokens are reported with a warning when the space is built.
 
 Spaces are cached on disk per weights fingerprint (``cache_dir/embeddings/<fp[:16]>/``) as an
-``.npz`` of arrays and a ``.json`` of strings, each written atomically (temp file + ``os.replace``)
+``.npz`` of arrays and a ``.json`` of strings, each written atomically (:mod:`rapt_audit.api.files`)
 and tied together by a random nonce, so a warm load is two plain reads without pickle.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+from rapt_audit.api.files import write_atomic, write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.encoder.models import LoadedModel
@@ -173,18 +173,6 @@ def _warn_duplicates(vectors: np.ndarray, tokens: Sequence[str]) -> int:
     return len(pairs)
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(handle)`` on a temp file next to ``path``, then ``os.replace`` it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _cache_paths(cache_dir: Path, fingerprint: str) -> tuple[Path, Path]:
     folder = Path(cache_dir) / "embeddings" / fingerprint[:16]
     return folder / f"space-v{FORMAT_VERSION}.npz", folder / f"space-v{FORMAT_VERSION}.json"
@@ -192,15 +180,14 @@ def _cache_paths(cache_dir: Path, fingerprint: str) -> tuple[Path, Path]:
 
 def _save(space: EmbeddingSpace, cache_dir: Path) -> None:
     npz_path, json_path = _cache_paths(cache_dir, space.model_fingerprint)
-    npz_path.parent.mkdir(parents=True, exist_ok=True)
     nonce = uuid.uuid4().hex  # ties this npz to this json (each file is replaced separately)
     arrays = {"token_ids": space.token_ids, "is_continuation": space.is_continuation,
               "all_vectors": space.all_vectors, "excluded_ids": np.array(sorted(space.excluded_ids), dtype=np.int64),
               "nonce": np.frombuffer(nonce.encode("ascii"), dtype=np.uint8)}
     meta = {"format": FORMAT_VERSION, "fingerprint": space.model_fingerprint, "nonce": nonce,
             "unk_id": space.unk_id, "tokens": list(space.tokens)}
-    _atomic_write(npz_path, lambda handle: np.savez(handle, **arrays))
-    _atomic_write(json_path, lambda handle: handle.write(json.dumps(meta).encode("utf-8")))
+    write_atomic(npz_path, lambda handle: np.savez(handle, **arrays))
+    write_text_atomic(json_path, json.dumps(meta))
 
 
 def _load(cache_dir: Path, model: LoadedModel) -> EmbeddingSpace | None:

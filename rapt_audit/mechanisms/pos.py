@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import ModelError, UnknownNameError
+from rapt_audit.api.files import write_text_atomic
 from rapt_audit.api.registry import unknown_name_message
 
 #: RAPT category name → Universal POS tags it covers.
@@ -151,10 +151,7 @@ def vocabulary_lexicon(nlp, words: Sequence[str], *, cache_file: Path | None = N
         if category is not None:
             lexicon[category].append(word)
     if cache_file is not None:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(lexicon), encoding="utf-8")
-        os.replace(tmp, cache_file)
+        write_text_atomic(cache_file, json.dumps(lexicon))
     return lexicon
 
 

@@ -1,4 +1,4 @@
-"""The result file: schema, provenance, comparability signature and atomic writes.
+"""The result file: schema, provenance and comparability signature (written atomically, :mod:`rapt_audit.api.files`).
 
 ``<out>/result.json`` holds one run::
 
@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Mapping
 
 from rapt_audit.api.errors import ResultError
-from rapt_audit.api.types import AttackResult, Estimate
+from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.types import AttackResult, Estimate, Skip
 
 SCHEMA = "rapt-audit/result/1"
 RESULT_FILE = "result.json"
@@ -48,10 +47,15 @@ class RunResult:
     dataset: dict[str, Any]
     defense: dict[str, Any]
     utility: dict[str, Estimate]
-    attacks: dict[str, AttackResult | str]
+    attacks: dict[str, AttackResult | Skip]
     env: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     schema: str = SCHEMA
+
+    def __post_init__(self) -> None:
+        # A skip reason given as a plain string (the older in-memory shape) becomes a Skip.
+        self.attacks = {name: outcome if isinstance(outcome, (AttackResult, Skip)) else Skip.from_dict(outcome)
+                        for name, outcome in self.attacks.items()}
 
     @property
     def synthetic(self) -> bool:
@@ -62,8 +66,8 @@ class RunResult:
         """The JSON document."""
         attacks: dict[str, Any] = {}
         for name, outcome in self.attacks.items():
-            if isinstance(outcome, str):
-                attacks[name] = {"skipped": outcome}
+            if isinstance(outcome, Skip):
+                attacks[name] = outcome.to_dict()
             else:
                 attacks[name] = {"empirical_privacy": outcome.empirical_privacy.to_dict(),
                                  "metrics": {k: v.to_dict() for k, v in outcome.metrics.items()},
@@ -76,10 +80,10 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
         """Inverse of :meth:`to_dict`."""
-        attacks: dict[str, AttackResult | str] = {}
+        attacks: dict[str, AttackResult | Skip] = {}
         for name, outcome in data["attacks"].items():
-            if "skipped" in outcome:
-                attacks[name] = str(outcome["skipped"])
+            if isinstance(outcome, str) or "skipped" in outcome:
+                attacks[name] = Skip.from_dict(outcome)
             else:
                 attacks[name] = AttackResult(Estimate.from_dict(outcome["empirical_privacy"]),
                                              {k: Estimate.from_dict(v) for k, v in outcome["metrics"].items()},
@@ -89,30 +93,6 @@ class RunResult:
                    utility={k: Estimate.from_dict(v) for k, v in data["utility"].items()},
                    attacks=attacks, env=dict(data["env"]), warnings=list(data.get("warnings", [])),
                    schema=data["schema"])
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates 0600 files; results and reports are meant to be shared (umask decides, as for open()).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
-    """Write ``document`` as indented JSON to ``path`` atomically (see :func:`write_text_atomic`)."""
-    write_text_atomic(path, json.dumps(document, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def write_result(result: RunResult, out_dir: str | Path) -> Path:

@@ -168,19 +168,19 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     bar.update(1)
     release = timed("defense.release", lambda: defense.release(splits.victim_test, ctx=ctx))
     bar.update(1)
-    outcomes: dict[str, AttackResult | str] = {}
+    outcomes: dict[str, AttackResult | Skip] = {}
     for name, attack in checked.attacks.items():
         bar.update(1)
         if not (attack.requires & release.kinds):
-            outcomes[name] = (f"needs a release of kind {' or '.join(sorted(attack.requires))}; defense "
-                              f"{config.defense} releases {', '.join(sorted(release.kinds))}")
+            outcomes[name] = Skip(f"needs a release of kind {' or '.join(sorted(attack.requires))}; defense "
+                                  f"{config.defense} releases {', '.join(sorted(release.kinds))}")
             continue
         say(f"attack {name}")
         try:
             timed(f"attack.{name}.fit", lambda: attack.fit(splits.attacker, defense, ctx=ctx))
             outcomes[name] = timed(f"attack.{name}", lambda: attack.attack(release, splits.victim_test, ctx=ctx))
         except Skip as skip:
-            outcomes[name] = str(skip)
+            outcomes[name] = Skip(skip.reason)  # a fresh one: the raised one's traceback holds the attack's frames
     bar.close()
     env = environment()
     env.update({"seed": config.seed, "device": ctx.device, "model": config.model,

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.types import Skip
 from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.config import RunConfig, build_config
-from rapt_audit.pipeline.results import RunResult, write_json_atomic
+from rapt_audit.pipeline.results import RunResult
 
 SWEEP_SCHEMA = "rapt-audit/sweep/1"
 SWEEP_INDEX = "sweep.json"
@@ -189,7 +191,7 @@ def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
         values = [result.utility[m].value if m in result.utility else None for m in utility]
         for a in attacks:
             outcome = result.attacks.get(a)
-            values.append(None if outcome is None or isinstance(outcome, str) else outcome.empirical_privacy.value)
+            values.append(None if outcome is None or isinstance(outcome, Skip) else outcome.empirical_privacy.value)
         cells = ["skipped" if v is None else f"{v:.4f}" for v in values]
         lines.append(f"{cell.label:<{width}}  " + "  ".join(f"{s:>{max(8, len(c))}}" for s, c in zip(cells, cols)))
     if len({r.signature for _, r in results}) > 1:

@@ -34,10 +34,11 @@ from statistics import NormalDist
 from typing import Any, Sequence
 
 from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.plugins import load
-from rapt_audit.api.types import Estimate
+from rapt_audit.api.types import Estimate, Skip
 from rapt_audit.api.version import __version__
-from rapt_audit.pipeline.results import SCHEMA, RunResult, write_json_atomic
+from rapt_audit.pipeline.results import SCHEMA, RunResult
 from rapt_audit.reporting.collect import collect
 from rapt_audit.scoring.metrics import METRICS
 
@@ -105,12 +106,12 @@ def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z,
     out = []
     label = run_label(base)
     for attack, outcome in base.attacks.items():
-        if isinstance(outcome, str):
+        if isinstance(outcome, Skip):
             continue  # skipped in the baseline: nothing to defend
         now = new.attacks.get(attack)
         for metric, (est, higher) in _privacy_measures(outcome).items():
-            if now is None or isinstance(now, str):
-                reason = "not run" if now is None else f"skipped: {now}"
+            if now is None or isinstance(now, Skip):
+                reason = "not run" if now is None else f"skipped: {now.reason}"
                 out.append(Comparison(label, attack, metric, est, reason, math.nan, "missing"))
                 continue
             new_est = now.empirical_privacy if metric == "empirical_privacy" else now.metrics.get(metric)

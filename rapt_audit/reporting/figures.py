@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from rapt_audit.api.types import Skip
 from rapt_audit.reporting.pareto import Point, pareto_front
 from rapt_audit.reporting.summary import Group, Row
 
@@ -53,7 +54,7 @@ def pareto_points(group: Group, attack: str, utility: str) -> list[Point]:
     points = []
     for row in group.rows:
         est = row.privacy.get(attack)
-        if isinstance(est, str) or est is None or utility not in row.utility:
+        if isinstance(est, Skip) or est is None or utility not in row.utility:
             continue
         points.append(Point(row.utility[utility].value, est.value, row.setting, row))
     return points

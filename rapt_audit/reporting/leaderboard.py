@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Sequence
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.pipeline.results import write_text_atomic
+from rapt_audit.api.files import write_text_atomic
+from rapt_audit.api.types import Skip
 from rapt_audit.reporting.collect import Collection, collect
 from rapt_audit.reporting.summary import Group, fmt_estimate, group_results
 
@@ -57,7 +58,7 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
         cells += [fmt_estimate(row.utility[m]) if m in row.utility else "—" for m in util]
         for a in measured:
             est = row.privacy.get(a)
-            cells.append("skipped" if isinstance(est, str) or est is None else fmt_estimate(est))
+            cells.append("skipped" if isinstance(est, Skip) or est is None else fmt_estimate(est))
         if report:
             cells.append(_link(report, row.anchor))
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit.api.errors import ResultError
+from rapt_audit.api.files import write_bytes_atomic, write_text_atomic
 from rapt_audit.api.plugins import ATTACKS, load
 from rapt_audit.api.registry import describe
-from rapt_audit.api.types import Estimate
+from rapt_audit.api.types import Estimate, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.mechanisms.calibration import RAPT_TABLE_III
-from rapt_audit.pipeline.results import SYNTHETIC_WARNING, write_text_atomic
+from rapt_audit.pipeline.results import SYNTHETIC_WARNING
 from rapt_audit.reporting.collect import Collection, collect
 from rapt_audit.reporting.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
 from rapt_audit.reporting.style import CSP, STYLE
@@ -63,8 +64,8 @@ def arrow(metric: str) -> str:
 
 
 def _est_cell(est: Any) -> str:
-    if isinstance(est, str) or est is None:
-        reason = est or "not run"
+    if isinstance(est, Skip) or est is None:
+        reason = est.reason if est is not None else "not run"
         return f'<td class="skip" title="{e(reason)}">skipped<span class="why">{e(reason)}</span></td>'
     how = f"{est.level:.0%} interval, {est.method or 'method not recorded'}, n = {est.n}"
     return (f'<td class="num" title="{e(how)}"><b>{est.value:.3f}</b> '
@@ -145,12 +146,13 @@ def _attack_detail(group: Group, attack: str) -> str:
     body = []
     for row in group.rows:
         outcome = row.privacy.get(attack)
-        if isinstance(outcome, str) or outcome is None:
+        if isinstance(outcome, Skip) or outcome is None:
+            reason = outcome.reason if outcome is not None else "not run"
             body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>"
-                        f"<td colspan='{len(metric_names) + 2}' class='skip'>skipped: {e(outcome or 'not run')}</td></tr>")
+                        f"<td colspan='{len(metric_names) + 2}' class='skip'>skipped: {e(reason)}</td></tr>")
             continue
         first = row.runs[0].result.attacks.get(attack)
-        details = _details_text(first.details) if first is not None and not isinstance(first, str) else ""
+        details = _details_text(first.details) if first is not None and not isinstance(first, Skip) else ""
         cells = "".join(_est_cell(row.metrics[attack].get(m)) for m in metric_names)
         body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>{_est_cell(outcome)}"
                     f"{cells}<td>{details}</td></tr>")
@@ -341,8 +343,8 @@ def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "
     report = build_report(coll, title=title, base=out.parent, files_rel=rel)
     fig_dir.mkdir(parents=True, exist_ok=True)
     for fig in report.figures:
-        (fig_dir / f"{fig.stem}.png").write_bytes(fig.png)
-        (fig_dir / f"{fig.stem}.svg").write_bytes(fig.svg)
+        write_bytes_atomic(fig_dir / f"{fig.stem}.png", fig.png)
+        write_bytes_atomic(fig_dir / f"{fig.stem}.svg", fig.svg)
     write_text_atomic(out, report.html)
     return out, coll
 

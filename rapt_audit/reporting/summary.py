@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from rapt_audit.api.types import Estimate
+from rapt_audit.api.types import Estimate, Skip
 from rapt_audit.reporting.collect import Loaded
 from rapt_audit.scoring.stats import seed_summary
 
@@ -49,7 +49,7 @@ class Row:
     runs: list[Loaded]
     setting: str = ""
     utility: dict[str, Estimate] = field(default_factory=dict)
-    privacy: dict[str, Estimate | str] = field(default_factory=dict)
+    privacy: dict[str, Estimate | Skip] = field(default_factory=dict)
     metrics: dict[str, dict[str, Estimate]] = field(default_factory=dict)
 
     @property
@@ -115,13 +115,13 @@ class Group:
     @property
     def measured_attacks(self) -> list[str]:
         """Attacks measured in at least one row (the others were skipped everywhere)."""
-        return [a for a in self.attacks if any(not isinstance(r.privacy.get(a), str) for r in self.rows)]
+        return [a for a in self.attacks if any(not isinstance(r.privacy.get(a), Skip) for r in self.rows)]
 
     @property
     def skipped_attacks(self) -> dict[str, str]:
         """Attacks skipped in every row, with the first row's reason."""
         measured = set(self.measured_attacks)
-        return {a: str(next(r.privacy[a] for r in self.rows if a in r.privacy))
+        return {a: next(r.privacy[a] for r in self.rows if a in r.privacy).reason  # type: ignore[union-attr]
                 for a in self.attacks if a not in measured}
 
     @property
@@ -141,9 +141,9 @@ def _fill(row: Row) -> None:
         row.utility[name] = _combine(values)
     for attack in dict.fromkeys(a for res in results for a in res.attacks):
         outcomes = [res.attacks.get(attack) for res in results]
-        measured = [o for o in outcomes if o is not None and not isinstance(o, str)]
+        measured = [o for o in outcomes if o is not None and not isinstance(o, Skip)]
         if not measured:
-            row.privacy[attack] = next((o for o in outcomes if isinstance(o, str)), "not run")
+            row.privacy[attack] = next((o for o in outcomes if isinstance(o, Skip)), Skip("not run"))
             continue
         row.privacy[attack] = _combine([o.empirical_privacy for o in measured])
         names = dict.fromkeys(m for o in measured for m in o.metrics)

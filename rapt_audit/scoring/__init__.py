@@ -2,7 +2,8 @@
 
 Owns: :mod:`~rapt_audit.scoring.stats` (bootstrap, Wilson and t intervals),
 :mod:`~rapt_audit.scoring.metrics` (every metric's kind and direction, declared once) and
-:mod:`~rapt_audit.scoring.classification` (accuracy, macro-F1 and AUC of predicted probabilities).
+:mod:`~rapt_audit.scoring.classification` (the one scorer: accuracy, macro-F1 and AUC of predicted labels
+and probabilities).
 
 May import: :mod:`rapt_audit.api`, numpy, scipy and scikit-learn (the last two inside functions).
 """

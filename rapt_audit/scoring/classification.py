@@ -1,42 +1,117 @@
-"""Scoring a classifier's predictions: accuracy, macro-F1 and AUC with bootstrap intervals."""
+"""Scoring a classifier's predictions: accuracy, macro-F1 and AUC with bootstrap intervals.
+
+Every accuracy, macro-F1 and AUC in rapt-audit (task utility and attribute inference alike) comes
+from here. Each scorer draws its bootstrap resamples from the generator it is given, so callers
+that score several metrics keep their numbers reproducible by calling the scorers in a fixed
+order (accuracy, then macro-F1, then AUC: :func:`label_scores` and :func:`classification_utility`).
+"""
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.stats import bootstrap_mean, bootstrap_statistic
 
+#: Bootstrap resamples of macro-F1 and AUC (each resample refits nothing, but re-counts every class).
+STATISTIC_RESAMPLES = 300
+
+
+def accuracy_estimate(predicted: np.ndarray, truth: np.ndarray, *, rng: np.random.Generator) -> Estimate:
+    """Fraction of correct predictions, with a per-example bootstrap interval."""
+    return bootstrap_mean((np.asarray(predicted) == np.asarray(truth)).astype(float), rng=rng)
+
+
+def macro_f1(predicted: np.ndarray, truth: np.ndarray, *, n_classes: int | None = None) -> float:
+    """Macro-averaged F1 of integer class codes, equal to scikit-learn's ``f1_score(average="macro")``.
+
+    Args:
+        predicted: Predicted class codes, ``>= 0``.
+        truth: True class codes, ``>= 0``; with ``n_classes``, -1 marks a value the classifier
+            never saw (a miss for every class).
+        n_classes: Average over the classes ``0..n_classes-1`` (as scikit-learn with
+            ``labels=range(n_classes)``); without it, over the classes present in ``truth`` or
+            ``predicted`` (scikit-learn's default).
+
+    Per-class F1 is ``2·tp / (predicted + actual)``, 0 when a class is neither predicted nor
+    present (``zero_division=0``). Written with ``bincount`` because the bootstrap calls it
+    hundreds of times and scikit-learn's input validation costs a hundred times more.
+    """
+    width = n_classes if n_classes is not None else int(max(truth.max(initial=-1), predicted.max(initial=-1))) + 1
+    tp = np.bincount(truth[truth == predicted], minlength=width)[:width]
+    guessed = np.bincount(predicted, minlength=width)[:width]
+    actual = np.bincount(truth[truth >= 0], minlength=width)[:width]
+    denominator = guessed + actual
+    f1 = np.divide(2.0 * tp, denominator, out=np.zeros(width), where=denominator > 0)
+    return float(f1.mean() if n_classes is not None else f1[denominator > 0].mean())
+
+
+def macro_f1_estimate(predicted: np.ndarray, truth: np.ndarray, *, rng: np.random.Generator,
+                   n_classes: int | None = None) -> Estimate:
+    """Macro-F1 of ``predicted`` against ``truth`` with a bootstrap interval over examples.
+
+    Labels may be any sortable values unless ``n_classes`` is given, in which case they must be
+    class codes (see :func:`macro_f1`).
+    """
+    truth, predicted = np.asarray(truth), np.asarray(predicted)
+    if n_classes is None:
+        # Codes in sorted label order, so the per-class average runs in scikit-learn's order.
+        codes = np.unique(np.concatenate([truth, predicted]), return_inverse=True)[1].reshape(2, -1)
+        truth, predicted = codes[0], codes[1]
+    truth, predicted = truth.astype(np.int64), predicted.astype(np.int64)
+
+    def statistic(idx: np.ndarray) -> float:
+        return macro_f1(predicted[idx], truth[idx], n_classes=n_classes)
+
+    return bootstrap_statistic(len(truth), statistic, rng=rng, resamples=STATISTIC_RESAMPLES)
+
+
+def label_scores(predicted: np.ndarray, truth: np.ndarray, *, rng: np.random.Generator,
+                 suffix: str = "") -> dict[str, Estimate]:
+    """Accuracy then macro-F1 of predicted labels (``accuracy<suffix>``, ``macro_f1<suffix>``)."""
+    return {f"accuracy{suffix}": accuracy_estimate(predicted, truth, rng=rng),
+            f"macro_f1{suffix}": macro_f1_estimate(predicted, truth, rng=rng)}
+
+
+def auc_estimate(probabilities: np.ndarray, truth: np.ndarray, *, rng: np.random.Generator) -> Estimate:
+    """ROC AUC of class probabilities (macro one-vs-rest beyond two classes), bootstrapped over examples.
+
+    Resamples that hold a single class have no AUC and are dropped by the bootstrap.
+    """
+    from sklearn.metrics import roc_auc_score  # lazy (sklearn)
+
+    truth = np.asarray(truth)
+    k = probabilities.shape[1]
+    classes: Sequence[int] = list(range(k))
+
+    def statistic(idx: np.ndarray) -> float:
+        y = truth[idx]
+        if len(np.unique(y)) < 2:
+            return float("nan")
+        if k == 2:
+            return float(roc_auc_score(y, probabilities[idx, 1]))
+        return float(roc_auc_score(y, probabilities[idx], multi_class="ovr", average="macro", labels=classes))
+
+    return bootstrap_statistic(len(truth), statistic, rng=rng, resamples=STATISTIC_RESAMPLES)
+
 
 def classification_utility(probabilities: np.ndarray, labels: np.ndarray, *, rng: np.random.Generator,
                            suffix: str = "") -> dict[str, Estimate]:
-    """Accuracy (per-example bootstrap), macro-F1 and AUC (bootstrap over examples) of class probabilities.
+    """Accuracy, macro-F1 and AUC of the most probable class, with bootstrap intervals.
 
     Args:
         probabilities: ``(n, k)`` predicted class probabilities (columns = classes ``0..k-1``).
         labels: ``(n,)`` true class indices.
         rng: Generator for the bootstrap.
         suffix: Appended to the metric names (``".without_denoiser"``).
+
+    Returns:
+        ``accuracy``, ``macro_f1`` and, when ``labels`` hold two classes or more, ``auc``.
     """
-    from sklearn.metrics import f1_score, roc_auc_score  # lazy (sklearn)
-
     labels = np.asarray(labels)
-    predicted = probabilities.argmax(axis=1)
-    k = probabilities.shape[1]
-
-    def auc(idx: np.ndarray) -> float:
-        y = labels[idx]
-        if len(np.unique(y)) < 2:
-            return float("nan")  # undefined on a one-class resample; dropped by the bootstrap
-        if k == 2:
-            return float(roc_auc_score(y, probabilities[idx, 1]))
-        return float(roc_auc_score(y, probabilities[idx], multi_class="ovr", average="macro", labels=list(range(k))))
-
-    def macro_f1(idx: np.ndarray) -> float:
-        return float(f1_score(labels[idx], predicted[idx], average="macro", zero_division=0))
-
-    out = {f"accuracy{suffix}": bootstrap_mean((predicted == labels).astype(float), rng=rng),
-           f"macro_f1{suffix}": bootstrap_statistic(len(labels), macro_f1, rng=rng, resamples=300)}
+    out = label_scores(probabilities.argmax(axis=1), labels, rng=rng, suffix=suffix)
     if len(np.unique(labels)) >= 2:
-        out[f"auc{suffix}"] = bootstrap_statistic(len(labels), auc, rng=rng, resamples=300)
+        out[f"auc{suffix}"] = auc_estimate(probabilities, labels, rng=rng)
     return out

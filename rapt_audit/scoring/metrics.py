@@ -33,10 +33,16 @@ METRICS: Registry[Metric] = Registry("metric")
 
 
 def metric(name: str, kind: str, higher_is_better: bool, description: str, *, bounded: bool = True) -> None:
-    """Declare a metric (plugins declare the metrics they introduce the same way)."""
+    """Declare a metric (plugins declare the metrics they introduce the same way), exactly once.
+
+    Raises:
+        ValueError: for an unknown ``kind``.
+        UsageError: when ``name`` is already declared (each metric has one declaration, next to the
+            code that computes it).
+    """
     if kind not in {"privacy", "attack", "utility"}:
         raise ValueError(f"metric kind must be privacy, attack or utility, got {kind!r}")
-    METRICS.add(name, Metric(kind, higher_is_better, bounded, description), force=True)
+    METRICS.add(name, Metric(kind, higher_is_better, bounded, description))
 
 
 metric("empirical_privacy", "privacy", True,

@@ -14,7 +14,7 @@ import numpy as np
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Estimate, Record
-from rapt_audit.scoring.stats import bootstrap_mean, bootstrap_statistic
+from rapt_audit.scoring.classification import label_scores
 
 
 def pair_text(text: str, pair: str | None) -> str:
@@ -41,7 +41,6 @@ def bow_probe_utility(train_texts: Sequence[str], train_labels: np.ndarray, test
     """
     from sklearn.feature_extraction.text import TfidfVectorizer  # lazy (sklearn)
     from sklearn.linear_model import LogisticRegression  # lazy (sklearn)
-    from sklearn.metrics import f1_score  # lazy (sklearn)
 
     if len(set(train_labels.tolist())) < 2:
         raise DataError("the training split holds a single label; utility needs at least two classes")
@@ -49,30 +48,16 @@ def bow_probe_utility(train_texts: Sequence[str], train_labels: np.ndarray, test
     features = vectorizer.fit_transform(train_texts)
     classifier = LogisticRegression(C=1.0, max_iter=2000)
     classifier.fit(features, train_labels)
-    predicted = classifier.predict(vectorizer.transform(test_texts))
-    correct = (predicted == test_labels).astype(float)
-    accuracy = bootstrap_mean(correct, rng=rng)
-
-    def macro_f1(idx: np.ndarray) -> float:
-        return float(f1_score(test_labels[idx], predicted[idx], average="macro", zero_division=0))
-
-    return {"accuracy": accuracy, "macro_f1": bootstrap_statistic(len(test_labels), macro_f1, rng=rng, resamples=300)}
+    return label_scores(classifier.predict(vectorizer.transform(test_texts)), test_labels, rng=rng)
 
 
 def probe_utility(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, *,
-                  rng: np.random.Generator) -> dict:
+                  rng: np.random.Generator) -> dict[str, Estimate]:
     """Accuracy and macro-F1 of a standardised logistic-regression probe, with bootstrap CIs."""
     from sklearn.linear_model import LogisticRegression  # lazy (sklearn)
-    from sklearn.metrics import f1_score  # lazy (sklearn)
     from sklearn.pipeline import make_pipeline  # lazy (sklearn)
     from sklearn.preprocessing import StandardScaler  # lazy (sklearn)
 
     classifier = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=3000))
     classifier.fit(train_x, train_y)
-    predicted = classifier.predict(test_x)
-    accuracy = bootstrap_mean((predicted == test_y).astype(float), rng=rng)
-
-    def macro_f1(idx: np.ndarray) -> float:
-        return float(f1_score(test_y[idx], predicted[idx], average="macro", zero_division=0))
-
-    return {"accuracy": accuracy, "macro_f1": bootstrap_statistic(len(test_y), macro_f1, rng=rng, resamples=300)}
+    return label_scores(classifier.predict(test_x), test_y, rng=rng)
