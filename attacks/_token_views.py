@@ -30,14 +30,13 @@ from rapt_audit.api.errors import UsageError
 from rapt_audit.api.types import AttackerData, Estimate, Record, Release, Skip
 from rapt_audit.attacks._align import align
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
-from rapt_audit.encoder.encode import pad_embeddings
-from rapt_audit.mechanisms.engines import token_engine
+from rapt_audit.encoder.encode import pad_embeddings, token_id_lists
+from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
 from rapt_audit.utility.probes import pair_text
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.mechanisms.privatize import TokenEngine
     from rapt_audit.pipeline.context import RunContext
 
 metric("token_accuracy_top5", "attack", False,
@@ -108,9 +107,10 @@ def build_views(release: Release, records: Sequence[Record], *, ctx: RunContext,
     if tuple(release.uids) != tuple(r.uid for r in records):
         raise ValueError("the release's uids do not match the records' uids in order; attack the release "
                          "with exactly the records it was made from")
-    eng = token_engine(ctx)
-    space = eng.space
-    originals = [np.asarray(ids, dtype=np.int64) for ids in eng.token_ids([original_text(r, kind) for r in records])]
+    # The vocabulary and the tokenizer come from the encoder layer: what an attacker holding the
+    # public model has, independent of any defense's privatization engine.
+    space = embedding_space(ctx)
+    originals = token_id_lists(ctx, [original_text(r, kind) for r in records])
     views = []
     if kind == "token_embeddings":
         for record, ids, vectors in zip(records, originals, release.token_embeddings):
@@ -123,7 +123,7 @@ def build_views(release: Release, records: Sequence[Record], *, ctx: RunContext,
         return views
     if kind != "texts":
         raise ValueError(f"unsupported release kind {kind!r}")
-    released = [np.asarray(ids, dtype=np.int64) for ids in eng.token_ids(list(release.user_texts()))]
+    released = token_id_lists(ctx, list(release.user_texts()))
     for record, ids, out in zip(records, originals, released):
         pairs = align(ids.tolist(), out.tolist())
         alignment = np.array([-1 if j is None else j for j in pairs], dtype=np.int64)
@@ -235,11 +235,6 @@ def attacker_views(aux: AttackerData, defense: Any, *, ctx: RunContext, attack: 
 def features(views: Sequence[TokenView], *, ctx: RunContext, context: bool) -> np.ndarray:
     """Per released unit: its released vector, plus the encoder's contextual state when ``context``."""
     return stack_released(views, contextual_states(views, ctx=ctx) if context else None)
-
-
-def engine(ctx: RunContext) -> TokenEngine:
-    """The run's token engine (embedding space, tokenizer, regular-vocabulary index)."""
-    return token_engine(ctx)
 
 
 def nearest_rows(table: np.ndarray, queries: np.ndarray, k: int, *, device: str = "cpu",

@@ -7,7 +7,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat, PositiveInt
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
 from rapt_audit.attacks._token_views import (
@@ -15,7 +16,6 @@ from rapt_audit.attacks._token_views import (
     accuracy,
     aligned_fraction,
     attacker_views,
-    engine,
     features,
     per_record_mean,
     seeded_torch,
@@ -23,6 +23,8 @@ from rapt_audit.attacks._token_views import (
     trained_victim_views,
     units_of,
 )
+from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.mechanisms.nn_search import vocabulary_index
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 
@@ -35,7 +37,7 @@ _BATCH = 4096
 
 @ATTACKS.register("ae_inversion", tags=("inversion", "learned"))
 @dataclass
-class AEInversionAttack:
+class AEInversionAttack(CheckedParams):
     """Autoencoder black-box inversion (RAPT v3 §IV-A1 "autoencoder-based black-box attack"), adaptive.
 
     An encoder φ (two ReLU layers, down to ``latent``) and a decoder ψ (two layers back up) map the
@@ -65,16 +67,16 @@ class AEInversionAttack:
         "cpu": {"hidden": 512, "latent": 256, "epochs": 15, "context": False},
     }
 
-    hidden: int = 512
-    latent: int = 256
-    epochs: int = 20
-    batch_size: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+    hidden: PositiveInt = 512
+    latent: PositiveInt = 256
+    epochs: PositiveInt = 20
+    batch_size: PositiveInt = 256
+    lr: PositiveFloat = 1e-3
+    weight_decay: NonNegativeFloat = 0.0
     context: bool = True
-    patience: int = 3
-    min_train_records: int = 20
-    min_valid_records: int = 5
+    patience: PositiveInt = 3
+    min_train_records: PositiveInt = 20
+    min_valid_records: PositiveInt = 5
 
     _aux: AttackerData | None = field(default=None, init=False, repr=False)
     _kind: str = field(default="", init=False, repr=False)
@@ -83,13 +85,6 @@ class AEInversionAttack:
     _std: np.ndarray | None = field(default=None, init=False, repr=False)
     _prior: np.ndarray | None = field(default=None, init=False, repr=False)
     _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        for key in ("hidden", "latent", "epochs", "batch_size", "patience", "min_train_records", "min_valid_records"):
-            if int(getattr(self, key)) < 1:
-                raise UsageError(f"ae_inversion.{key} must be at least 1, got {getattr(self, key)}")
-        if self.lr <= 0 or self.weight_decay < 0:
-            raise UsageError("ae_inversion needs lr > 0 and weight_decay >= 0")
 
     def _reconstruct(self, feats: np.ndarray, units: Units, device: str) -> np.ndarray:
         """x̂ per unit from the released features (the prior mean for units with no released counterpart)."""
@@ -112,7 +107,7 @@ class AEInversionAttack:
         self._aux = aux
         self._kind, train_views, valid_views = attacker_views(
             aux, defense, ctx=ctx, attack=self.name, min_train=self.min_train_records, min_valid=self.min_valid_records)
-        space = engine(ctx).space
+        space = embedding_space(ctx)
         train_units, valid_units = units_of(train_views), units_of(valid_views)
         if not train_units.aligned.any():
             raise DataError(f"attack {self.name!r}: the attacker's released training data has no aligned regular "
@@ -151,12 +146,12 @@ class AEInversionAttack:
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Reconstruct every victim token embedding from its release; score MSE and NN accuracy."""
         views, units = trained_victim_views(self, release, truth, ctx=ctx)
-        space = engine(ctx).space
+        space = embedding_space(ctx)
         target = np.asarray(space.vectors[units.target_row], dtype=np.float32)
         rec = self._reconstruct(features(views, ctx=ctx, context=self.context), units, ctx.device)
         sq_err = ((rec - target) ** 2).sum(axis=1)
         prior_err = ((self._prior[None, :] - target) ** 2).sum(axis=1)
-        nearest = engine(ctx).index.search(rec)
+        nearest = vocabulary_index(ctx).search(rec)
         hits = units.aligned & (nearest == units.target_row)
         rng = ctx.rng("attack", self.name)
         mse = per_record_mean(sq_err, units, len(views), rng=rng)

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.params import CheckedParams, PositiveFloat, PositiveInt
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
@@ -53,7 +54,7 @@ def _mean_rows(sequences: Sequence[np.ndarray], *, width: int | None = None) -> 
 
 
 @dataclass
-class AttributeInferenceAttack:
+class AttributeInferenceAttack(CheckedParams):
     """Attribute inference (RAPT v3 Sec. IV-A2, after Plant et al., EMNLP 2021): MLP on mean embeddings.
 
     A two-layer MLP (``hidden`` units, ReLU) reads one vector per record (see
@@ -74,12 +75,12 @@ class AttributeInferenceAttack:
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 15}, "cpu": {"epochs": 30}}
 
     attribute: str = "gender"
-    hidden: int = 768
-    epochs: int = 50
-    lr: float = 1e-3
-    batch_size: int = 64
-    min_train: int = 20
-    min_valid: int = 10
+    hidden: PositiveInt = 768
+    epochs: PositiveInt = 50
+    lr: PositiveFloat = 1e-3
+    batch_size: PositiveInt = 64
+    min_train: PositiveInt = 20
+    min_valid: PositiveInt = 10
 
     _aux: AttackerData | None = field(default=None, init=False, repr=False)
     _classes: list[str] = field(default_factory=list, init=False, repr=False)

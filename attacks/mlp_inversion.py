@@ -9,7 +9,8 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.params import CheckedParams, Dropout, NonNegativeFloat, PositiveFloat, PositiveInt
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
 from rapt_audit.attacks._token_views import (
@@ -18,13 +19,13 @@ from rapt_audit.attacks._token_views import (
     accuracy,
     aligned_fraction,
     attacker_views,
-    engine,
     features,
     seeded_torch,
     train_torch,
     trained_victim_views,
     units_of,
 )
+from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.pipeline.context import RunContext
 
 _PREDICT_BATCH = 4096
@@ -32,7 +33,7 @@ _PREDICT_BATCH = 4096
 
 @ATTACKS.register("mlp_inversion", tags=("inversion", "learned"))
 @dataclass
-class MLPInversionAttack:
+class MLPInversionAttack(CheckedParams):
     """MLP black-box token inversion (RAPT v3 §IV-A1 "MLP-based black-box attack"), adaptive.
 
     The adversary privatizes its own auxiliary records with the same defense (Kerckhoffs) and trains
@@ -72,18 +73,18 @@ class MLPInversionAttack:
         "cpu": {"hidden": 512, "epochs": 8, "max_classes": 5000, "context": False, "patience": 2},
     }
 
-    hidden: int = 512
-    dropout: float = 0.2
-    epochs: int = 20
-    batch_size: int = 256
-    lr: float = 3e-4
-    weight_decay: float = 0.0
-    max_classes: int = 10000
+    hidden: PositiveInt = 512
+    dropout: Dropout = 0.2
+    epochs: PositiveInt = 20
+    batch_size: PositiveInt = 256
+    lr: PositiveFloat = 3e-4
+    weight_decay: NonNegativeFloat = 0.0
+    max_classes: PositiveInt = 10000
     context: bool = True
     nn_head: bool = True
-    patience: int = 3
-    min_train_records: int = 20
-    min_valid_records: int = 5
+    patience: PositiveInt = 3
+    min_train_records: PositiveInt = 20
+    min_valid_records: PositiveInt = 5
 
     _aux: AttackerData | None = field(default=None, init=False, repr=False)
     _kind: str = field(default="", init=False, repr=False)
@@ -93,14 +94,6 @@ class MLPInversionAttack:
     _class_rows: np.ndarray | None = field(default=None, init=False, repr=False)
     _majority_row: int = field(default=-1, init=False, repr=False)
     _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        for key in ("hidden", "epochs", "batch_size", "max_classes", "patience", "min_train_records",
-                    "min_valid_records"):
-            if int(getattr(self, key)) < 1:
-                raise UsageError(f"mlp_inversion.{key} must be at least 1, got {getattr(self, key)}")
-        if not 0.0 <= self.dropout < 1.0 or self.lr <= 0 or self.weight_decay < 0:
-            raise UsageError("mlp_inversion needs 0 <= dropout < 1, lr > 0 and weight_decay >= 0")
 
     def _inputs(self, views: Sequence[TokenView], units: Units, ctx: RunContext,
                 feats: np.ndarray | None = None) -> np.ndarray:
@@ -207,7 +200,7 @@ class MLPInversionAttack:
         x, y = self._inputs(train_views, train_units, ctx, feats)[keep], y[keep]
         valid_x = self._inputs(valid_views, valid_units, ctx)
         seed = ctx.seed_for("attack", self.name, "train")
-        space = engine(ctx).space
+        space = embedding_space(ctx)
         # Initial sharpness of the nearest-neighbour head: 1/σ² of a Gaussian fit to the release error
         # (released − original vector) on attacker-train, the likelihood scale of NN decoding.
         d = space.dim

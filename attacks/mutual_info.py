@@ -5,15 +5,17 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.params import CheckedParams, PositiveInt, Range
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Estimate, Record, Release, Skip
 from rapt_audit.attacks._base import check_disjoint
-from rapt_audit.attacks._token_views import TokenView, engine, views_for
+from rapt_audit.attacks._token_views import TokenView, views_for
+from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
@@ -68,7 +70,7 @@ def dchi_noise_entropy(d: int, eta: float) -> float:
 
 @ATTACKS.register("mutual_info", tags=("information",))
 @dataclass
-class MutualInfoAttack:
+class MutualInfoAttack(CheckedParams):
     """k-NN mutual information of clean and released token embeddings (SnD, ICML 2024 §4.3.1, App. A.6).
 
     With X the clean input embedding of each victim token and X̃ = X + Z its released noisy vector
@@ -103,14 +105,9 @@ class MutualInfoAttack:
     requires: ClassVar[frozenset[str]] = frozenset({"token_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"max_tokens": 3000}, "cpu": {"max_tokens": 12000}}
 
-    k: int = 3
-    max_tokens: int = 20000
+    k: PositiveInt = 3
+    max_tokens: Annotated[int, Range(2)] = 20000
     _aux: AttackerData | None = field(default=None, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if int(self.k) < 1 or int(self.max_tokens) < 2:
-            raise UsageError(f"mutual_info needs k >= 1 and max_tokens >= 2, got k={self.k}, "
-                             f"max_tokens={self.max_tokens}")
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> MutualInfoAttack:
         """Nothing to learn; remember ``aux`` for the disjointness check."""
@@ -139,7 +136,7 @@ class MutualInfoAttack:
         _, views = views_for(release, truth, ctx=ctx, attack=self.name, supported=("token_embeddings",))
         all_tokens = sum(len(v.original_ids) for v in views)
         views = [v for v in self._subsample(views, ctx) if len(v.original_ids)]
-        k, space = int(self.k), engine(ctx).space
+        k, space = self.k, embedding_space(ctx)
         ids = np.concatenate([v.original_ids for v in views])
         if len(ids) <= k:
             raise Skip(f"mutual_info needs more than k={k} victim tokens, got {len(ids)}")

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError
+from rapt_audit.api.params import CheckedParams, PositiveFloat, PositiveInt
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Estimate, Record, Release, Skip
 from rapt_audit.attacks._align import align
@@ -97,7 +98,7 @@ def reference_tags(truth: Sequence[Record], words: Sequence[Sequence[Word]], *,
 
 
 @dataclass
-class NERAttackBase:
+class NERAttackBase(CheckedParams):
     """Shared scoring of the NER attacks; subclasses implement :meth:`tag` (tags of released words)."""
 
     name: ClassVar[str] = "ner_base"
@@ -159,13 +160,13 @@ class NERAttackBase:
 class TrainedNERAttack(NERAttackBase):
     """A fine-tuned token classifier (RAPT v3 Sec. IV-A3); see :class:`NERAttack`."""
 
-    epochs: int = 3
-    max_train_sentences: int | None = None
-    max_length: int = 128
-    predict_max_length: int = 512
-    batch_size: int = 16
-    lr: float = 5e-5
-    min_train_sentences: int = 20
+    epochs: PositiveInt = 3
+    max_train_sentences: PositiveInt | None = None
+    max_length: PositiveInt = 128
+    predict_max_length: PositiveInt = 512
+    batch_size: PositiveInt = 16
+    lr: PositiveFloat = 5e-5
+    min_train_sentences: PositiveInt = 20
     freeze_embeddings: bool = False
 
     _model: Any = field(default=None, init=False, repr=False)

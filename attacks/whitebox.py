@@ -4,50 +4,67 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.params import CheckedParams, Range
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
 from rapt_audit.attacks._base import check_disjoint
 from rapt_audit.attacks._token_views import (
     accuracy,
     aligned_fraction,
-    engine,
     nearest_rows,
     stack_released,
     units_of,
     views_for,
 )
+from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.mechanisms.nn_search import vocabulary_index
 from rapt_audit.pipeline.context import RunContext
+from rapt_audit.scoring.metrics import METRICS, metric
+
+
+def topk_metric(k: int) -> str:
+    """Name of the top-``k`` token accuracy metric, declared on first use (``token_accuracy_top5`` always is)."""
+    name = f"token_accuracy_top{k}"
+    if name not in METRICS:
+        metric(name, "attack", False, f"fraction of original tokens among the attacker's {k} best guesses "
+                                      f"(top-{k} token recovery)")
+    return name
 
 
 @ATTACKS.register("whitebox", tags=("inversion",))
 @dataclass
-class WhiteboxAttack:
+class WhiteboxAttack(CheckedParams):
     """Nearest-neighbour token inversion (Qu et al., CIKM 2021 §5.4; RAPT v3 §IV-A1, white-box).
 
     The adversary holds the public embedding table and maps each released token representation to
     the closest regular vocabulary embedding, ``argmin_k ‖E(w_k) − v_t‖₂`` (exact search):
 
-    * ``token_embeddings`` — positions are 1:1 with the original tokens; top-1 and top-5 guesses
-      come from the nearest-neighbour index over the regular vocabulary;
+    * ``token_embeddings`` — positions are 1:1 with the original tokens; the top-1 guess and the
+      ``topk`` best guesses come from the nearest-neighbour index over the regular vocabulary;
     * ``texts`` — the released tokens *are* vocabulary entries, so the nearest neighbour of a
       released token is the token itself: the guess for an original token is its aligned released
       token (model tokenizer, :func:`rapt_audit.attacks._align.align`). A single released token carries no
-      ranking, so top-5 is not defined there and is not reported.
+      ranking, so top-k is not defined there and is not reported.
 
     Success is token accuracy over regular original tokens (unaligned originals count as misses);
-    empirical privacy = 1 − top-1 accuracy. The attack has no parameters to learn; ``fit`` only
-    records the attacker's data so that disjointness from the victim can be asserted.
+    empirical privacy = 1 − top-1 accuracy (RAPT reports top-1). ``token_accuracy_top<k>`` (k =
+    ``topk``, 5 by default) is the standard ranked variant: how often the original token is among
+    the attacker's k nearest vocabulary entries. The vocabulary, its embeddings and the search come
+    from the public model (the encoder layer), never from the defense. The attack has no parameters
+    to learn; ``fit`` only records the attacker's data so that disjointness from the victim can be
+    asserted.
     """
 
     name: ClassVar[str] = "whitebox"
     requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {}, "cpu": {}}
 
+    topk: Annotated[int, Range(2, note="top-1 is token_accuracy")] = 5
     _aux: AttackerData | None = field(default=None, init=False, repr=False)
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> WhiteboxAttack:
@@ -71,26 +88,29 @@ class WhiteboxAttack:
                                    "irregular_tokens_skipped": int(sum((~v.regular).sum() for v in views))}
         if kind == "texts":
             released_ids = np.concatenate([v.released_ids for v in views])
-            space = engine(ctx).space
+            space = embedding_space(ctx)
             guess_rows = np.full(units.source.size, -1, dtype=np.int64)
             ok = units.aligned
             guess_rows[ok] = space.rows_of(released_ids[units.source[ok]])
             hits = ok & (guess_rows == units.target_row)
-            details["top5"] = "not defined for text releases (one released token per position, no ranking)"
+            details[f"top{self.topk}"] = "not defined for text releases (one released token per position, no ranking)"
         else:
+            table = embedding_space(ctx).vectors
+            if self.topk > len(table):
+                raise UsageError(f"whitebox.topk={self.topk} exceeds the {len(table)} regular vocabulary tokens")
             vectors = stack_released(views)[units.source]  # vector releases are 1:1: every unit aligned
-            vectors, rescaled = undo_norm_clipping(vectors, release.meta, engine(ctx).space.vectors)
+            vectors, rescaled = undo_norm_clipping(vectors, release.meta, table)
             if rescaled:
                 details["clipped_vectors_rescaled"] = rescaled
-            # Top-1: the certified exact search the T2T mechanism itself decodes with, so whitebox
-            # recovery and the defense's replacement count measure the same event.
-            eng = engine(ctx)
-            hits = eng.index.search(vectors) == units.target_row
-            top5 = hits.copy()  # a top-1 hit is a top-5 hit; only the misses need the top-5 search
+            # Top-1: the certified exact search the T2T mechanism itself decodes with (the same
+            # table and index), so whitebox recovery and the defense's replacement count measure the
+            # same event.
+            hits = vocabulary_index(ctx).search(vectors) == units.target_row
+            topk = hits.copy()  # a top-1 hit is a top-k hit; only the misses need the top-k search
             if (~hits).any():
-                rows = nearest_rows(eng.space.vectors, vectors[~hits], 5, device=ctx.device)
-                top5[~hits] = (rows == units.target_row[~hits, None]).any(axis=1)
-            metrics["token_accuracy_top5"] = accuracy(top5, units, len(views), rng=rng)
+                rows = nearest_rows(table, vectors[~hits], self.topk, device=ctx.device)
+                topk[~hits] = (rows == units.target_row[~hits, None]).any(axis=1)
+            metrics[topk_metric(self.topk)] = accuracy(topk, units, len(views), rng=rng)
         top1 = accuracy(hits, units, len(views), rng=rng)
         metrics = {"token_accuracy": top1, **metrics}
         return AttackResult(top1.complement(), metrics, details)

@@ -5,7 +5,7 @@
   dimension, drawn from a generator derived from each record's uid (so a record's release does not
   depend on which batch it was sent in, and a seed reproduces it exactly);
 * :func:`word_dropout` — DPNR's word dropout;
-* the parameter and attribute checks they share.
+* the sensitivity and attribute checks they share.
 
 The clean pooled vectors come from :mod:`rapt_audit.encoder.encode` and the scoring from
 :mod:`rapt_audit.scoring.classification`.
@@ -13,41 +13,16 @@ The clean pooled vectors come from :mod:`rapt_audit.encoder.encode` and the scor
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from rapt_audit.api.errors import DataError, PrivacyParameterError
+from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record
-from rapt_audit.mechanisms.noise import check_epsilon, check_privacy_parameter, privatize_laplace
+from rapt_audit.mechanisms.noise import check_privacy_parameter, privatize_laplace
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.pipeline.context import RunContext
-
-def check_rate(name: str, value: object) -> float:
-    """Validates a rate in ``[0, 1)`` (DPNR's word-dropout rate μ).
-
-    Raises:
-        TypeError: If ``value`` is not a real number (``bool`` included).
-        PrivacyParameterError: If it lies outside ``[0, 1)``: μ = 1 would drop every word.
-    """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number in [0, 1), but is {value!r}.")
-    rate = float(value)
-    if not (0.0 <= rate < 1.0):  # also rejects NaN
-        raise PrivacyParameterError(f"{name} must lie in [0, 1) (the fraction of words dropped), but is {rate!r}.")
-    return rate
-
-
-def check_nonnegative(name: str, value: object) -> float:
-    """Validates a finite weight ``>= 0`` (CAPE's adversarial weight λ)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a real number >= 0, but is {value!r}.")
-    weight = float(value)
-    if not (math.isfinite(weight) and weight >= 0.0):
-        raise PrivacyParameterError(f"{name} must be finite and >= 0, but is {weight!r}.")
-    return weight
 
 
 def minmax_rows(x: np.ndarray) -> np.ndarray:
@@ -70,7 +45,8 @@ def laplace_rows(x: np.ndarray, uids: Sequence[str], *, epsilon: float, sensitiv
     (Public CAPE code adds one noise vector shared by the whole batch, public DPNR code one scalar
     per example; neither is local DP per example.)
     """
-    epsilon = check_epsilon(epsilon)
+    # epsilon and sensitivity come from a defense that checked them when it was built; the public
+    # sampler privatize_laplace checks its own arguments, so nothing is checked here.
     out = np.empty(np.shape(x), dtype=np.float64)
     for i, uid in enumerate(uids):
         out[i] = privatize_laplace(np.asarray(x[i:i + 1], dtype=np.float64), epsilon, sensitivity,
@@ -79,7 +55,7 @@ def laplace_rows(x: np.ndarray, uids: Sequence[str], *, epsilon: float, sensitiv
 
 
 def check_sensitivity(value: object) -> float:
-    """Validates the per-coordinate sensitivity used for the Laplace scale (finite, > 0)."""
+    """Validates the sensitivity used for the Laplace scale (finite, > 0): the declared check of CAPE and DPNR."""
     return check_privacy_parameter("sensitivity", value, allow_inf=False)
 
 

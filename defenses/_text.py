@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.params import Check, CheckedParams
 from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.data.public import public_corpus
 from rapt_audit.mechanisms.calibration import ReplacementCount, check_target, find_eta
@@ -27,23 +28,32 @@ from rapt_audit.utility.customized import customized_utility
 from rapt_audit.utility.probes import bow_probe_utility, pair_text, require_labels
 
 
+def check_text_method(method: str) -> str:
+    """``bow`` (the quick bag-of-words probe) or a customization method (prompt, prefix, lora, full)."""
+    return method if method == "bow" else check_method(method)
+
+
 @dataclass
-class TextDefense:
+class TextDefense(CheckedParams):
     """Base class of text defenses; subclasses implement :meth:`privatize` and set ``name``.
+
+    Parameters are checked once, when the defense is built (:class:`~rapt_audit.api.params.CheckedParams`);
+    the η that reaches the engines is therefore already valid (or comes from calibration).
 
     Attributes:
         eta: dχ privacy parameter (> 0; ``inf`` means no privacy).
         replacement: If set, a target word-replacement probability in (0, 1) that overrides
             ``eta``: η is calibrated on public text at fit time and recorded in the release.
+        method: ``bow`` or the customization method of the service's utility model.
     """
 
     name: ClassVar[str] = "text"
     exposes: ClassVar[frozenset[str]] = frozenset({"texts"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
-    eta: float = 100.0
-    replacement: float | None = None
-    method: str = "bow"
+    eta: Annotated[float, Check(check_eta)] = 100.0
+    replacement: Annotated[float | None, Check(check_target)] = None
+    method: Annotated[str, Check(check_text_method)] = "bow"
     epochs: int | None = None
     lr: float | None = None
     batch_size: int | None = None
@@ -54,13 +64,6 @@ class TextDefense:
     _calibration: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
     _released: dict[int, tuple[list[str], ReplacementCount]] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.eta = check_eta(self.eta)
-        if self.replacement is not None:
-            self.replacement = check_target(self.replacement)
-        if self.method != "bow":
-            check_method(self.method)
 
     def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
                   ctx: RunContext) -> tuple[list[str], ReplacementCount]:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.errors import DataError, PrivacyParameterError, UsageError
+from rapt_audit.api.params import Check, CheckedParams, Dropout, PositiveFloat, PositiveInt, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release
-from rapt_audit.defenses._representation import check_nonnegative, check_sensitivity, laplace_rows, require_attribute
+from rapt_audit.defenses._representation import check_sensitivity, laplace_rows, require_attribute
 from rapt_audit.encoder.encode import cached_pooled
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import check_epsilon
@@ -19,9 +20,16 @@ from rapt_audit.scoring.classification import classification_utility
 from rapt_audit.utility.probes import require_labels
 
 
+def check_attribute(attribute: str) -> str:
+    """The private attribute CAPE's adversary predicts must be named."""
+    if not attribute:
+        raise UsageError("cape: attribute must name the private attribute the adversary predicts (e.g. gender)")
+    return attribute
+
+
 @DEFENSES.register("cape", tags=("representation", "laplace", "adversarial"))
 @dataclass
-class CapeDefense:
+class CapeDefense(CheckedParams):
     """CAPE (Plant et al., EMNLP 2021): noisy pooled representation, adversary behind gradient reversal.
 
     Pipeline per text: frozen encoder (the run's model, all-MiniLM-L6-v2 by default) → mean pooling
@@ -57,32 +65,20 @@ class CapeDefense:
     exposes: ClassVar[frozenset[str]] = frozenset({"sequence_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 3, "hidden": 32}}
 
-    epsilon: float = 0.1
-    lam: float = 1.0
-    attribute: str = "gender"
-    sensitivity: float = 1.0
-    hidden: int = 256
-    dropout: float = 0.4
-    lr: float = 1e-3
-    adversary_lr: float = 1e-3
-    epochs: int = 20
-    batch_size: int = 64
+    epsilon: Annotated[float, Check(check_epsilon)] = 0.1
+    lam: Annotated[float, Range(0, error=PrivacyParameterError, note="the adversary's weight")] = 1.0
+    attribute: Annotated[str, Check(check_attribute)] = "gender"
+    sensitivity: Annotated[float, Check(check_sensitivity)] = 1.0
+    hidden: PositiveInt = 256
+    dropout: Dropout = 0.4
+    lr: PositiveFloat = 1e-3
+    adversary_lr: PositiveFloat = 1e-3
+    epochs: PositiveInt = 20
+    batch_size: PositiveInt = 64
 
     _model: Any = field(default=None, init=False, repr=False)
     _values: list[str] = field(default_factory=list, init=False, repr=False)
     _n_classes: int = field(default=0, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.epsilon = check_epsilon(self.epsilon)
-        self.lam = check_nonnegative("lam", self.lam)
-        self.sensitivity = check_sensitivity(self.sensitivity)
-        if not self.attribute:
-            raise UsageError("cape: attribute must name the private attribute the adversary predicts (e.g. gender)")
-        if int(self.epochs) < 1 or int(self.hidden) < 1 or int(self.batch_size) < 1:
-            raise UsageError(f"cape needs epochs, hidden and batch_size >= 1, got {self.epochs}, {self.hidden}, "
-                             f"{self.batch_size}")
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise UsageError(f"cape: dropout must lie in [0, 1), got {self.dropout}")
 
     @property
     def noise_scale(self) -> float:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.errors import UsageError
+from rapt_audit.api.errors import PrivacyParameterError, UsageError
+from rapt_audit.api.params import Check, CheckedParams, Dropout, PositiveFloat, PositiveInt, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release
-from rapt_audit.defenses._representation import check_rate, check_sensitivity, laplace_rows, minmax_rows, word_dropout
+from rapt_audit.defenses._representation import check_sensitivity, laplace_rows, minmax_rows, word_dropout
 from rapt_audit.encoder.encode import cached_pooled
 from rapt_audit.mechanisms.noise import check_epsilon
 from rapt_audit.pipeline.context import RunContext
@@ -20,7 +21,7 @@ from rapt_audit.utility.probes import require_labels
 
 @DEFENSES.register("dpnr", tags=("representation", "laplace"))
 @dataclass
-class DpnrDefense:
+class DpnrDefense(CheckedParams):
     """DPNR (Lyu et al., Findings of EMNLP 2020): word dropout, then Laplace noise on the representation.
 
     Per text: each whitespace word is dropped independently with probability ``mu`` (fresh per
@@ -43,26 +44,20 @@ class DpnrDefense:
     exposes: ClassVar[frozenset[str]] = frozenset({"sequence_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 3, "hidden": 32}}
 
-    epsilon: float = 5.0
-    mu: float = 0.1
-    sensitivity: float = 1.0
-    hidden: int = 256
-    dropout: float = 0.4
-    lr: float = 1e-3
-    epochs: int = 30
-    batch_size: int = 64
+    epsilon: Annotated[float, Check(check_epsilon)] = 5.0
+    # mu = 1 would drop every word.
+    mu: Annotated[float, Range(0, 1, high_open=True, error=PrivacyParameterError,
+                               note="the fraction of words dropped")] = 0.1
+    sensitivity: Annotated[float, Check(check_sensitivity)] = 1.0
+    hidden: PositiveInt = 256
+    dropout: Dropout = 0.4
+    lr: PositiveFloat = 1e-3
+    epochs: PositiveInt = 30
+    batch_size: PositiveInt = 64
 
     _classifier: Any = field(default=None, init=False, repr=False)
     _scaler: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.epsilon = check_epsilon(self.epsilon)
-        self.mu = check_rate("mu", self.mu)
-        self.sensitivity = check_sensitivity(self.sensitivity)
-        if int(self.epochs) < 1 or int(self.hidden) < 1 or int(self.batch_size) < 1:
-            raise UsageError(f"dpnr needs epochs, hidden and batch_size >= 1, got {self.epochs}, {self.hidden}, "
-                             f"{self.batch_size}")
 
     @property
     def noise_scale(self) -> float:

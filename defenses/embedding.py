@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.params import Check, CheckedParams
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.encoder.encode import pooled_from_embeddings
@@ -20,7 +21,7 @@ from rapt_audit.utility.probes import probe_utility, require_labels
 
 @DEFENSES.register("embedding", tags=("embeddings", "dchi"))
 @dataclass
-class EmbeddingDefense:
+class EmbeddingDefense(CheckedParams):
     """Token-embedding privatization (Qu et al., CIKM 2021 "token representation" M_rep; SnD's TokEmbPriv).
 
     Each token of the text (model tokenizer, no special tokens) is replaced by its input embedding
@@ -34,12 +35,9 @@ class EmbeddingDefense:
     exposes: ClassVar[frozenset[str]] = frozenset({"token_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
-    eta: float = 100.0
+    eta: Annotated[float, Check(check_eta)] = 100.0
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
     _released: dict[int, list[np.ndarray]] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.eta = check_eta(self.eta)
 
     def noisy_embeddings(self, texts: Sequence[str], *, rng: np.random.Generator, ctx: RunContext) -> list[np.ndarray]:
         """One float32 ``(n_tokens, d)`` array of noisy embeddings per text."""

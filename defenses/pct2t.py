@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Annotated, ClassVar, Sequence
 
 import numpy as np
 
+from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.defenses._text import TextDefense
 from rapt_audit.mechanisms.calibration import ReplacementCount
@@ -31,11 +32,7 @@ class PCT2TDefense(TextDefense):
     """
 
     name: ClassVar[str] = "pct2t"
-    categories: tuple[str, ...] = DEFAULT_CATEGORIES
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.categories = resolve_categories(self.categories)
+    categories: Annotated[tuple[str, ...], Check(resolve_categories)] = DEFAULT_CATEGORIES
 
     def privatize_words(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator, ctx: RunContext
                         ) -> tuple[list[list[TaggedWord]], list[list[str]], ReplacementCount]:

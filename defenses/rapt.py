@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Record, Release
 from rapt_audit.defenses.pct2t import PCT2TDefense
@@ -16,7 +17,12 @@ from rapt_audit.mechanisms.engines import pos_groups, word_engine
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.customize import METHODS, PlainTokens, check_method
 
-REC_VOCABULARIES = ("categories", "vocabulary")
+
+def check_rapt_method(method: str) -> str:
+    """A customization method; ``bow`` is refused because RAPT trains the encoder."""
+    if method == "bow":
+        raise UsageError("rapt trains the encoder, so method=bow is not available; choose one of: " + ", ".join(METHODS))
+    return check_method(method)
 
 
 @DEFENSES.register("rapt", tags=("text", "dchi", "pos", "peft"))
@@ -51,27 +57,14 @@ class RAPTDefense(PCT2TDefense):
     name: ClassVar[str] = "rapt"
     #: One epoch keeps the smoke profile (CI, conformance tests) to seconds.
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 1}}
-    method: str = "prompt"
-    plain_tokens: int = 40
+    method: Annotated[str, Check(check_rapt_method)] = "prompt"
+    plain_tokens: Annotated[int, Range(0, note="40 in the paper")] = 40
     reconstruction: bool = True
-    rec_hidden: int = 96
+    rec_hidden: Annotated[int, Range(1, note="96 in the paper")] = 96
     rec_weight: float = 1.0
-    rec_vocab: str = "categories"
+    rec_vocab: Literal["categories", "vocabulary"] = "categories"
     _plain: PlainTokens | None = field(default=None, init=False, repr=False)
     _plain_categories: list[str] = field(default_factory=list, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.method == "bow":
-            raise UsageError("rapt trains the encoder, so method=bow is not available; choose one of: "
-                             + ", ".join(METHODS))
-        check_method(self.method)
-        if self.plain_tokens < 0:
-            raise UsageError(f"plain_tokens must be >= 0 (40 in the paper), got {self.plain_tokens}")
-        if self.rec_hidden < 1:
-            raise UsageError(f"rec_hidden must be >= 1 (96 in the paper), got {self.rec_hidden}")
-        if self.rec_vocab not in REC_VOCABULARIES:
-            raise UsageError(f"rec_vocab must be one of {', '.join(REC_VOCABULARIES)}, got {self.rec_vocab!r}")
 
     @property
     def variant(self) -> str:

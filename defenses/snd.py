@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.params import Check, CheckedParams, Dropout, PositiveFloat, PositiveInt, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.data import load_dataset
@@ -28,7 +29,7 @@ metric("embedding_cosine", "utility", True, "cosine similarity of the output emb
 
 @DEFENSES.register("snd", tags=("embeddings", "dchi", "denoise"))
 @dataclass
-class SndDefense:
+class SndDefense(CheckedParams):
     """Split-and-Denoise (Mai et al., ICML 2024): dχ-noised, norm-clipped token embeddings; client-side denoiser.
 
     Client: embeds each token (model tokenizer, no special tokens), adds dχ noise (one Gamma(d, 1/η)
@@ -65,34 +66,28 @@ class SndDefense:
         "cpu": {"public_size": 2000},
     }
 
-    eta: float = 100.0
+    eta: Annotated[float, Check(check_eta)] = 100.0
     clip: bool = True
     public_corpus: str = "wikitext2"
-    public_size: int = 4000
-    noise_draws: int = 1
-    d_model: int = 128
-    heads: int = 4
-    d_ff: int = 256
-    layers: int = 2
-    max_tokens: int = 64
-    denoiser_epochs: int = 20
-    denoiser_lr: float = 5e-4
-    hidden: int = 256
-    dropout: float = 0.4
-    epochs: int = 30
-    lr: float = 1e-3
+    public_size: Annotated[int, Range(20, note="a tenth is held out")] = 4000
+    noise_draws: PositiveInt = 1
+    d_model: PositiveInt = 128
+    heads: PositiveInt = 4
+    d_ff: PositiveInt = 256
+    layers: PositiveInt = 2
+    max_tokens: PositiveInt = 64
+    denoiser_epochs: PositiveInt = 20
+    denoiser_lr: PositiveFloat = 5e-4
+    hidden: PositiveInt = 256
+    dropout: Dropout = 0.4
+    epochs: PositiveInt = 30
+    lr: PositiveFloat = 1e-3
 
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
     _fit: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.eta = check_eta(self.eta)
-        for key in ("public_size", "noise_draws", "d_model", "heads", "d_ff", "layers", "max_tokens",
-                    "denoiser_epochs", "hidden", "epochs"):
-            if int(getattr(self, key)) < 1:
-                raise UsageError(f"snd: {key} must be >= 1, got {getattr(self, key)!r}")
-        if int(self.public_size) < 20:
-            raise UsageError(f"snd: public_size must be >= 20 (a tenth is held out), got {self.public_size}")
+        super().__post_init__()  # the declared checks; then the one that spans two fields
         if int(self.d_model) % int(self.heads):
             raise UsageError(f"snd: d_model ({self.d_model}) must be a multiple of heads ({self.heads})")
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Sequence
+from typing import Annotated, ClassVar, Literal, Sequence
 
 import numpy as np
 
+from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.defenses._text import TextDefense
 from rapt_audit.mechanisms.calibration import ReplacementCount
@@ -29,11 +30,7 @@ class T2TDefense(TextDefense):
 
     name: ClassVar[str] = "t2t"
     unit: Literal["token", "word"] = "token"
-    unk_policy: str = "privatize"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_unk_policy(self.unk_policy)
+    unk_policy: Annotated[str, Check(check_unk_policy)] = "privatize"
 
     def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
                   ctx: RunContext) -> tuple[list[str], ReplacementCount]:

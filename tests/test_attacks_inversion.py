@@ -158,6 +158,20 @@ def test_whitebox_privacy_rises_as_eta_falls(mctx, splits, released, defense_nam
     assert at_200.ci_high < at_100.ci_low and at_100.ci_high < at_50.ci_low, privacy
 
 
+def test_whitebox_topk_sets_the_ranked_metric(mctx, splits, released):
+    # ``--set attacks.whitebox.topk=K``: the ranked metric follows K; top-1 (the headline) does not move.
+    from rapt_audit.scoring.metrics import METRICS
+
+    defense, release = released("embedding", 75.0)
+    default = run_attack("whitebox", defense, release, splits, mctx)
+    wider = run_attack("whitebox", defense, release, splits, mctx, topk=20)
+    top1, top5, top20 = (default.metrics["token_accuracy"], default.metrics["token_accuracy_top5"],
+                         wider.metrics["token_accuracy_top20"])
+    assert "token_accuracy_top5" not in wider.metrics and METRICS.get("token_accuracy_top20").kind == "attack"
+    assert wider.metrics["token_accuracy"].value == top1.value
+    assert top1.value <= top5.value <= top20.value and top1.value < top20.value
+
+
 @pytest.mark.parametrize(("defense_name", "eta"), [("embedding", 75.0), ("t2t", 100.0)])
 def test_mlp_inversion_beats_the_prior_and_keeps_up_with_whitebox(mctx, splits, released, fitted, whitebox_accuracy,
                                                                   defense_name, eta):

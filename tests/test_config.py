@@ -89,3 +89,58 @@ def test_profile_sizes_shrink_for_small_datasets():
     shrunk = profile_split_sizes("cpu", 600, {})
     assert sum(shrunk.values()) <= 600 and shrunk["victim_train"] == 240
     assert profile_split_sizes("cpu", 600, {"victim_test": 50})["victim_test"] == 50
+
+
+def _documented_set_pairs() -> list[str]:
+    """The ``key=value`` examples of ``--set`` in the config module's docstring and the README's options table."""
+    import re
+    from pathlib import Path
+
+    import rapt_audit.pipeline.config as config_module
+
+    block = config_module.__doc__.split("``--set`` keys::", 1)[1]
+    pairs = re.findall(r"^\s+(.*?)\s{2,}", block, flags=re.M)
+    found = [p for line in pairs for p in re.findall(r"[\w.]+=[\w.]+", line)]
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `--set KEY=VALUE`"))
+    found += [p for p in re.findall(r"`([\w.]+=[\w.]+)`", row) if "NAME" not in p]
+    return found
+
+
+def test_documented_set_examples_build_their_plugins():
+    from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
+
+    load()
+    pairs = _documented_set_pairs()
+    assert "attacks.whitebox.topk=5" in pairs and "attacks.whitebox.topk=10" in pairs
+    for pair in pairs:  # one at a time: the examples may set the same key to different values
+        config = build_config(sets=["defense=t2t", pair])
+        make_plugin(DEFENSES, config.defense, config.defense_args)
+        for name, args in config.attack_args.items():
+            make_plugin(ATTACKS, name, args)
+    config = build_config(sets=["attacks.whitebox.topk=5"])
+    assert make_plugin(ATTACKS, "whitebox", config.attack_args["whitebox"]).topk == 5
+
+
+def test_declared_constraints_apply_in_make_plugin_and_in_python():
+    from rapt_audit.api.errors import PrivacyParameterError
+    from rapt_audit.api.plugins import ATTACKS, load
+    from rapt_audit.attacks.whitebox import WhiteboxAttack
+    from rapt_audit.defenses.dpnr import DpnrDefense
+    from rapt_audit.defenses.t2t import T2TDefense
+
+    load()
+    with pytest.raises(UsageError, match=r"whitebox\.topk must be >= 2 \(top-1 is token_accuracy\), got 1"):
+        make_plugin(ATTACKS, "whitebox", {"topk": "1"})
+    with pytest.raises(UsageError, match="whitebox.topk must be >= 2"):
+        WhiteboxAttack(topk=1)
+    with pytest.raises(PrivacyParameterError, match="eta must be finite and positive"):
+        T2TDefense(eta=0.0)
+    with pytest.raises(UsageError, match="t2t.unit='char' is not one of: token, word"):
+        T2TDefense(unit="char")  # type: ignore[arg-type]
+    with pytest.raises(PrivacyParameterError, match=r"dpnr\.mu must lie in \[0, 1\)"):
+        DpnrDefense(mu=1.0)
+    built = DpnrDefense(epsilon=2, mu=0, lr=1)
+    assert (built.epsilon, built.mu, built.lr) == (2.0, 0.0, 1.0)
+    assert all(type(v) is float for v in (built.epsilon, built.mu, built.lr))  # as make_plugin stores them
+    assert T2TDefense(replacement=None).replacement is None  # None passes for optional parameters

@@ -1,18 +1,29 @@
-"""Plugin parameters: typed parsing of ``key=value`` text and checked construction of plugins.
+"""Plugin parameters: typed parsing of ``key=value`` text, declared constraints, checked construction.
 
-A plugin is a dataclass whose init fields are its hyperparameters. :func:`make_plugin` builds one
-from a mapping of (possibly textual) values, converting each value to the field's annotated type
-and turning unknown keys and bad values into :class:`~rapt_audit.api.errors.UsageError` messages that
-list the valid keys. Nothing here ever calls ``eval``.
+A plugin is a dataclass whose init fields are its hyperparameters. Each field declares, in its
+annotation, how it is validated::
+
+    eta: Annotated[float, Check(check_eta)] = 100.0      # a validator that names the parameter itself
+    hidden: PositiveInt = 256                             # Annotated[int, Range(1)]
+    unit: Literal["token", "word"] = "token"              # one of the listed values
+
+Plugins that inherit :class:`CheckedParams` apply those declarations in ``__post_init__``, so a
+plugin is checked once, when it is built, whether :func:`make_plugin` builds it from configuration
+text or a user builds it in Python; the plugin's methods (and the engines it calls) then trust their
+fields. :func:`make_plugin` converts each value to the field's annotated type first, and turns
+unknown keys and bad values into :class:`~rapt_audit.api.errors.UsageError` messages that list the
+valid keys. Nothing here ever calls ``eval``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import numbers
 import types
 import typing
-from typing import Any, Mapping
+from typing import Annotated, Any, Callable, Mapping
 
 from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.registry import Registry, unknown_name_message
@@ -107,8 +118,141 @@ def coerce(value: Any, tp: Any, *, key: str) -> Any:
     return value
 
 
+# -- declared constraints ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """Validate with ``fn(value)``, a validator that names the parameter in its own messages.
+
+    ``fn`` returns the value to keep (``check_eta`` returns a float) or raises (a
+    :class:`~rapt_audit.api.errors.UsageError`, or ``TypeError`` for a value of the wrong type).
+    """
+
+    fn: Callable[[Any], Any]
+
+    def __call__(self, name: str, value: Any) -> Any:
+        """The checked value (``name`` is unused: ``fn`` names the parameter itself)."""
+        return self.fn(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """A finite real number within bounds; ``None`` leaves a side open-ended.
+
+    Attributes:
+        low, high: The bounds, inclusive unless ``low_open`` / ``high_open``.
+        note: What the bound means, appended to the message (``"40 in the paper"``).
+        error: The error raised; privacy parameters raise
+            :class:`~rapt_audit.api.errors.PrivacyParameterError`.
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    note: str = ""
+    error: type[UsageError] = UsageError
+
+    def describe(self) -> str:
+        """The rule in words: ``be >= 1``, ``lie in [0, 1)``."""
+        if self.low is not None and self.high is not None:
+            return f"lie in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"be {'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            return f"be {'<' if self.high_open else '<='} {self.high:g}"
+        return "be finite"
+
+    def __call__(self, name: str, value: Any) -> Any:
+        """``value`` unchanged when it satisfies the range, else :attr:`error` naming ``name``."""
+        # bool is a numbers.Integral in Python: True must not pass as 1. NaN fails every comparison.
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and self.low is not None:
+            ok = value > self.low if self.low_open else value >= self.low
+        if ok and self.high is not None:
+            ok = value < self.high if self.high_open else value <= self.high
+        if not ok:
+            raise self.error(f"{name} must {self.describe()}{f' ({self.note})' if self.note else ''}, got {value!r}")
+        return value
+
+
+#: Common declarations: a count >= 1, a rate > 0, a weight >= 0, a dropout rate in [0, 1).
+PositiveInt = Annotated[int, Range(1)]
+PositiveFloat = Annotated[float, Range(0, low_open=True)]
+NonNegativeFloat = Annotated[float, Range(0)]
+Dropout = Annotated[float, Range(0, 1, high_open=True)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Declared:
+    constraints: tuple[Callable[[str, Any], Any], ...]
+    choices: tuple[Any, ...]  # the values of a Literal field, else empty
+    optional: bool  # None is a valid value
+    real: bool  # a float field: integers and numpy scalars are stored as Python floats
+
+
+@functools.lru_cache(maxsize=None)
+def declared_constraints(cls: type) -> dict[str, _Declared]:
+    """Init field → its declared constraints (``Annotated`` metadata), Literal values, optionality, float type."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out = {}
+    for name in plugin_fields(cls):
+        tp, constraints = hints.get(name, Any), ()
+        if typing.get_origin(tp) is Annotated:
+            tp, *meta = typing.get_args(tp)
+            constraints = tuple(m for m in meta if callable(m))
+        args = typing.get_args(tp)
+        optional = typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args
+        if optional:  # ``PositiveInt | None``: the constraints of the non-None member apply
+            for arg in args:
+                if typing.get_origin(arg) is Annotated:
+                    constraints += tuple(m for m in typing.get_args(arg)[1:] if callable(m))
+            args = tuple(typing.get_args(a)[0] if typing.get_origin(a) is Annotated else a for a in args)
+        choices = args if typing.get_origin(tp) is typing.Literal else ()
+        real = tp is float or (optional and set(args) == {float, type(None)})
+        if constraints or choices or real:
+            out[name] = _Declared(constraints, choices, optional, real)
+    return out
+
+
+def check_params(obj: Any) -> None:
+    """Apply every declared constraint of the plugin ``obj`` to its fields (keeping converted values).
+
+    Raises:
+        UsageError: (or ``TypeError`` from a :class:`Check` validator) naming the parameter.
+    """
+    plugin = getattr(type(obj), "name", type(obj).__name__)
+    for name, declared in declared_constraints(type(obj)).items():
+        value = getattr(obj, name)
+        if value is None and declared.optional:
+            continue
+        key = f"{plugin}.{name}"
+        if declared.choices and value not in declared.choices:
+            raise UsageError(f"{key}={value!r} is not one of: {', '.join(map(str, declared.choices))}")
+        if declared.real and isinstance(value, numbers.Real) and not isinstance(value, (bool, float)):
+            value = float(value)  # as make_plugin's coerce would: lr=1 is stored (and hashed into seeds) as 1.0
+        for constraint in declared.constraints:
+            value = constraint(key, value)
+        object.__setattr__(obj, name, value)
+
+
+class CheckedParams:
+    """Base of plugin dataclasses: checks the declared parameters once, when the plugin is built.
+
+    A subclass that needs a check across fields (``d_model`` a multiple of ``heads``) defines its own
+    ``__post_init__`` and calls ``super().__post_init__()`` first.
+    """
+
+    def __post_init__(self) -> None:
+        check_params(self)
+
+
 def make_plugin(registry: Registry[type], name: str, args: Mapping[str, Any] | None = None) -> Any:
     """Instantiate plugin ``name`` from ``registry`` with checked, typed ``args``.
+
+    Each value is converted to its field's type (:func:`coerce`); building the plugin then applies
+    its declared constraints (:class:`CheckedParams`), so every parameter is checked exactly once.
 
     Raises:
         UnknownNameError: for an unknown plugin or parameter name (with the valid ones).

@@ -32,6 +32,7 @@ EPILOG = """examples:
   rapt-audit run --defense identity --attacks all --dataset sst2 --out runs/demo
   rapt-audit run --defense identity --set data.victim_test=300 --profile smoke
   rapt-audit run --defense t2t --sweep eta=25,75,125,inf --out runs/t2t-eta
+  rapt-audit run --defense embedding --attacks whitebox --set attacks.whitebox.topk=10 --profile smoke
   rapt-audit report runs/t2t-eta --out runs/t2t-eta/report.html
   rapt-audit ls attacks
 data: --data-dir DIR or RAPT_AUDIT_DATA=DIR (the folder holding sst2/, trustpilot/, conll2003/ ...)."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rapt_audit.encoder.vocab import EmbeddingSpace, embedding_space
-from rapt_audit.mechanisms.nn_search import nearest_index
+from rapt_audit.mechanisms.nn_search import nearest_index, vocabulary_index
 from rapt_audit.mechanisms.pos import load_tagger, spacy_version_key, vocabulary_lexicon
 from rapt_audit.mechanisms.privatize import TokenEngine, WordEngine
 
@@ -25,8 +25,7 @@ def token_engine(ctx: RunContext) -> TokenEngine:
     """Token-level T2T over the model's regular vocabulary."""
 
     def build() -> TokenEngine:
-        space = embedding_space(ctx)
-        return TokenEngine(space, ctx.encoder().tokenizer, nearest_index(ctx, "regular", space.vectors))
+        return TokenEngine(embedding_space(ctx), ctx.encoder().tokenizer, vocabulary_index(ctx))
 
     return ctx.shared(("token_engine", ctx.model), build)
 

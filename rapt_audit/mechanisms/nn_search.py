@@ -33,12 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rapt_audit.encoder.vocab import embedding_space
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from rapt_audit.pipeline.context import RunContext
 
-__all__ = ["NearestNeighbourIndex", "exact_nearest", "nearest_index"]
+__all__ = ["NearestNeighbourIndex", "exact_nearest", "nearest_index", "vocabulary_index"]
 
 _GROUP = 32  # rows per screening group
 _ROW_CHUNK = 4096  # table rows per chunk in set-up loops
@@ -367,3 +369,11 @@ def exact_nearest(table: np.ndarray, queries: np.ndarray, *, chunk: int = 512) -
 def nearest_index(ctx: RunContext, table_key: str, table: np.ndarray) -> NearestNeighbourIndex:
     """The run's shared index over ``table`` (built once per ``table_key`` and device)."""
     return ctx.shared(("nn_index", table_key, ctx.device), lambda: NearestNeighbourIndex(table, device=ctx.device))
+
+
+def vocabulary_index(ctx: RunContext) -> NearestNeighbourIndex:
+    """The run's shared index over the regular vocabulary of its embedding space.
+
+    T2T decodes to this table, and the white-box attacker (who holds the public model) searches it.
+    """
+    return nearest_index(ctx, "regular", embedding_space(ctx).vectors)

@@ -22,6 +22,10 @@ never passed through silently. The policy is explicit (``unk_policy``):
 Everything is processed in chunks of ``chunk`` units, so memory stays flat however long the
 input is. eta = inf means no privacy: the original text is released unchanged (RAPT's η = +∞
 columns), so the replacement probability there is exactly 0.
+
+η is not re-checked here: it comes from a defense that checked it when it was built (or from
+calibration), and :func:`~rapt_audit.mechanisms.noise.dchi_noise`, the public sampler every noisy
+unit goes through, checks its own arguments.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.mechanisms.calibration import ReplacementCount
-from rapt_audit.mechanisms.noise import check_eta, dchi_noise
+from rapt_audit.mechanisms.noise import dchi_noise
 
 if TYPE_CHECKING:  # pragma: no cover - keeps plugin imports free of torch
     from rapt_audit.encoder.vocab import EmbeddingSpace
@@ -105,7 +109,6 @@ class TokenEngine:
         Non-regular ids (``[UNK]`` and special-token strings typed in the text) are privatized from
         their own embedding rows; they can never be released themselves.
         """
-        eta = check_eta(eta)
         rows = self.space.rows_of(ids)
         if math.isinf(eta):
             irregular = rows < 0
@@ -125,7 +128,6 @@ class TokenEngine:
             The released texts, the released rows per text (for attacks and tests), and the count
             of replaced tokens.
         """
-        eta = check_eta(eta)
         per_text = self.token_ids(texts)
         if math.isinf(eta):  # no privacy: the identity
             rows = [self.space.rows_of(np.asarray(ids, dtype=np.int64)) for ids in per_text]
@@ -186,7 +188,6 @@ class WordEngine:
     def privatize_words(self, words: Sequence[str], groups: Sequence[str], *, eta: float,
                         rng: np.random.Generator) -> tuple[list[str], ReplacementCount]:
         """Release a candidate word for each selected word; ``groups[i]`` names word i's group."""
-        eta = check_eta(eta)
         count = ReplacementCount(perturbed=len(words))
         if math.isinf(eta):  # no privacy: the identity
             return list(words), count
