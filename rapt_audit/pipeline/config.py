@@ -17,9 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI
+    import tomli as tomllib
 
 from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.params import coerce, to_jsonable
@@ -109,10 +115,6 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         if path.suffix.lower() == ".json":
             data = json.loads(text)
         else:
-            try:
-                import tomllib  # lazy (tomllib)
-            except ImportError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
             data = tomllib.loads(text)
     except (ValueError, json.JSONDecodeError) as exc:
         raise UsageError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
