@@ -16,7 +16,7 @@ from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.registry import describe
 from rapt_audit.api.types import Skip
 from rapt_audit.api.version import __version__
-from rapt_audit.cli import calibrate
+from rapt_audit.cli import calibrate, dry_run
 from rapt_audit.cli.calibrate import cmd_calibrate
 from rapt_audit.data import DATASETS
 from rapt_audit.pipeline import sweep
@@ -30,12 +30,17 @@ from rapt_audit.scoring.metrics import METRICS
 
 EPILOG = """examples:
   rapt-audit run --defense identity --attacks all --dataset sst2 --out runs/demo
+  rapt-audit run --defense rapt --attacks all --dry-run
+  rapt-audit run --defense t2t --attacks whitebox --set eta=75 --set attacks.whitebox.topk=5
   rapt-audit run --defense identity --set data.victim_test=300 --profile smoke
   rapt-audit run --defense t2t --sweep eta=25,75,125,inf --out runs/t2t-eta
   rapt-audit run --defense embedding --attacks whitebox --set attacks.whitebox.topk=10 --profile smoke
   rapt-audit report runs/t2t-eta --out runs/t2t-eta/report.html
   rapt-audit ls attacks
-data: --data-dir DIR or RAPT_AUDIT_DATA=DIR (the folder holding sst2/, trustpilot/, conll2003/ ...)."""
+data: --data-dir DIR or RAPT_AUDIT_DATA=DIR (the folder holding sst2/, trustpilot/, conll2003/ ...).
+--dry-run checks everything a run checks before it starts (plugins and their parameters, attacks
+that would run or be skipped, data and split sizes, output directory, every sweep cell), prints the
+plan and writes nothing; exit 0, or 2 with the message a run would give."""
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -59,6 +64,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
                         "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help="check the configuration as a run would, print the plan, write nothing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +128,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     keys = ("defense", "attacks", "dataset", "model", "profile", "seed", "out", "device", "data_dir", "force")
     cli = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     config = build_config(file=args.config, cli=cli, sets=args.sets)
+    if args.dry_run and not args.sweeps:
+        print(dry_run.run_plan(config))
+        return 0
     log = None if args.quiet else (lambda msg: print(f"[rapt-audit] {msg}", file=sys.stderr, flush=True))
     progress = not args.quiet and sys.stderr.isatty()
     if args.sweeps:
@@ -135,6 +145,9 @@ def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log:
     axes = sweep.parse_axes(args.sweeps)
     out = Path(base.out) if base.out else sweep.default_sweep_dir(base, axes)
     cells = sweep.expand(axes=axes, file=args.config, cli=cli, sets=args.sets, out=out)
+    if args.dry_run:
+        print(dry_run.sweep_plan(cells, out=out))
+        return 0
     results = sweep.run_sweep(cells, out=out, axes=axes, log=log, progress=progress)
     print(sweep.format_sweep(results))
     print(f"sweep directory: {out} (render it with: rapt-audit report {out} --out {out / 'report.html'})")

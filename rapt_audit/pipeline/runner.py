@@ -23,10 +23,10 @@ from rapt_audit.api.params import get_params, make_plugin, to_jsonable
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.types import AttackResult, Skip
 from rapt_audit.api.version import __version__
-from rapt_audit.data import Dataset, SplitSizes, load_dataset, make_splits, resolve_data_dir
+from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
 from rapt_audit.encoder.models import resolve_device, resolve_model_path, weights_fingerprint
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
-from rapt_audit.pipeline.context import RunContext
+from rapt_audit.pipeline.context import RunContext, derive_seed
 from rapt_audit.pipeline.results import (
     RESULT_FILE,
     SYNTHETIC_WARNING,
@@ -42,12 +42,13 @@ Log = Callable[[str], None]
 
 @dataclass
 class Plan:
-    """A checked run, ready to execute: plugins built, data loaded, output directory chosen."""
+    """A checked run, ready to execute: plugins built, data loaded and split, output directory chosen."""
 
     config: RunConfig
     defense: Any
     attacks: dict[str, Any]
     dataset: Dataset
+    splits: Splits
     out: Path
 
 
@@ -70,6 +71,9 @@ def _plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str,
 def plan(config: RunConfig) -> Plan:
     """Validate ``config`` completely and load what the run needs, without side effects.
 
+    Builds the defense and the attacks with checked parameters, loads the dataset, cuts the run's
+    seeded splits (so impossible split sizes fail here) and checks the output directory.
+
     Raises:
         UsageError, DataError, ResultError: with messages that name the problem and the fix.
     """
@@ -83,10 +87,12 @@ def plan(config: RunConfig) -> Plan:
     attacks = {n: make_plugin(ATTACKS, n, _plugin_args(ATTACKS.get(n), config.profile,
                                                       dict(config.attack_args.get(n, {})))) for n in names}
     dataset = load_dataset(default_dataset(config), config.data_dir)
+    sizes = profile_split_sizes(config.profile, len(dataset.records), config.data_args)
+    splits = make_splits(dataset, SplitSizes(**sizes), seed=derive_seed(config.seed, "splits"))
     out = Path(config.out) if config.out else Path("runs") / (
         f"{config.defense}-{dataset.name}-{config.profile}-s{config.seed}-{config.cell_id()[:8]}")
     check_out_dir(out, config)
-    return Plan(config, defense, attacks, dataset, out)
+    return Plan(config, defense, attacks, dataset, splits, out)
 
 
 def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
@@ -141,9 +147,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
 
     ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
                      model=config.model, cache_dir=_cache_dir(), progress=progress, data_dir=config.data_dir)
-    dataset = checked.dataset
-    sizes = profile_split_sizes(config.profile, len(dataset.records), config.data_args)
-    splits = make_splits(dataset, SplitSizes(**sizes), seed=ctx.seed_for("splits"))
+    dataset, splits = checked.dataset, checked.splits
     warnings = [SYNTHETIC_WARNING] if dataset.synthetic else []
     say(f"dataset {dataset.name}: " + ", ".join(f"{k}={v}" for k, v in splits.sizes().items()))
 

@@ -1,0 +1,93 @@
+"""``rapt-audit run --dry-run``: check a run or a sweep exactly as it would start, print its plan.
+
+The check is the runner's own :func:`~rapt_audit.pipeline.runner.plan` (plugins built with checked
+parameters, the attack selection, the dataset loaded and split, the output directory inspected), so
+a configuration that passes here fails later only on what needs the model or training. Nothing is
+trained, privatized or written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from rapt_audit.api.params import get_params
+from rapt_audit.pipeline import runner
+from rapt_audit.pipeline.sweep import Cell
+
+FOOTER = "dry run: the configuration is valid; nothing was run or written (drop --dry-run to run it)"
+
+
+def _params(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "no parameters"
+
+
+def _output_state(checked: runner.Plan) -> str:
+    """What a real run would do with its output directory (plan() has already refused a foreign one)."""
+    existing = runner.check_out_dir(checked.out, checked.config)
+    if existing is None:
+        return "new"
+    if checked.config.force:
+        return "holds this run; --force runs it again"
+    return "holds this run; it would be reused (--force runs it again)"
+
+
+def plan_rows(checked: runner.Plan) -> list[tuple[str, str]]:
+    """The plan of one checked run as ``(heading, text)`` rows.
+
+    Attacks whose ``requires`` meets none of the kinds the defense releases are listed as skipped,
+    as the run would record them; an attack may still decline at run time (e.g. a dataset without
+    the attribute it infers), which only the run can tell.
+    """
+    config, defense, dataset = checked.config, checked.defense, checked.dataset
+    exposes = sorted(defense.exposes)
+    rows = [("defense", f"{config.defense} (releases {', '.join(exposes)}): {_params(get_params(defense))}")]
+    kind = "SYNTHETIC DEMO DATA" if dataset.synthetic else dataset.source
+    labels = "" if dataset.has_labels else "; no task labels, so utility is not measured"
+    rows.append(("dataset", f"{dataset.name}, {len(dataset.records)} records ({kind}){labels}"))
+    rows.append(("splits", _params(checked.splits.sizes())))
+    rows.append(("run", f"profile {config.profile}, model {config.model}, seed {config.seed}, device {config.device}"))
+    run, skipped = [], []
+    for name, attack in checked.attacks.items():
+        explicit = {k: v for k, v in get_params(attack).items() if k in config.attack_args.get(name, {})}
+        label = f"{name}({_params(explicit)})" if explicit else name
+        if attack.requires & defense.exposes:
+            run.append(label)
+        else:
+            skipped.append(f"{label} (needs {' or '.join(sorted(attack.requires))})")
+    rows.append(("attacks", f"{len(run)} to run: {', '.join(run) or 'none'}"))
+    if skipped:
+        rows.append(("", f"{len(skipped)} skipped, defense releases {', '.join(exposes)}: {', '.join(skipped)}"))
+    rows.append(("output", f"{checked.out / runner.RESULT_FILE}: {_output_state(checked)}"))
+    return rows
+
+
+def _format(rows: Sequence[tuple[str, str]], indent: str = "") -> list[str]:
+    return [f"{indent}{head:<9} {text}" for head, text in rows]
+
+
+def run_plan(config: Any) -> str:
+    """Check one run configuration and describe it.
+
+    Raises:
+        RaptAuditError: exactly as :func:`rapt_audit.pipeline.runner.run` would, before any work.
+    """
+    return "\n".join(_format(plan_rows(runner.plan(config))) + [FOOTER])
+
+
+def sweep_plan(cells: Sequence[Cell], *, out: Path) -> str:
+    """Check every cell of a sweep (as ``run_sweep`` does before it starts) and describe them.
+
+    The first cell is described in full; every other cell by the rows that differ from it, and its
+    output directory.
+    """
+    plans = [plan_rows(runner.plan(cell.config)) for cell in cells]
+    lines = [f"sweep of {len(cells)} cell(s) in {out} (finished cells are reused)"]
+    for i, (cell, rows) in enumerate(zip(cells, plans)):
+        shown = rows if i == 0 else [r for r in rows if r not in plans[0] or r[0] == "output"]
+        lines.append(f"cell {cell.label}" + ("" if i == 0 else " (as the first cell except:)"))
+        lines += _format(shown, indent="  ")
+    return "\n".join(lines + [FOOTER])
+
+
+__all__ = ["plan_rows", "run_plan", "sweep_plan"]

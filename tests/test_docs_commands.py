@@ -1,0 +1,283 @@
+"""Every command the documentation shows is run here, so the documentation cannot drift from the code.
+
+The commands are parsed out of README.md's fenced ``bash`` blocks and out of the ``--help`` text of
+``rapt-audit`` and each sub-command (every line that starts with ``rapt-audit``); nothing is listed
+by hand. Each one runs in an empty working directory, in process, through the console script's own
+entry point (``rapt_audit.cli:main``):
+
+* ``run`` (and ``run --sweep``) with ``--dry-run`` appended: every check a run makes before it
+  starts, without the minutes of work. Under ``-m slow`` each one also runs for real at the smoke
+  profile on a few records.
+* ``report``, ``leaderboard``, ``check`` and ``ls`` for real, on stored results built at the
+  documented paths (``FIXTURES``).
+* ``calibrate`` for real at the smoke profile (it loads the model).
+
+Commands documented for a real dataset are skipped, with the reason, when ``RAPT_AUDIT_DATA`` does
+not name a data directory (CI sets it). The other lines of the README's shell blocks (the bootstrap
+script, the test command, ``export``) are checked, not executed. Code paths the READMEs name must exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import os
+import re
+import shlex
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from rapt_audit.cli.main import build_parser, main
+from rapt_audit.data import DATA_ENV
+from rapt_audit.pipeline.results import write_result
+from rapt_audit.reporting.check import read_baseline
+from tests.result_factory import t2t_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+PROGRAM = "rapt-audit"
+VENV_PROGRAM = ".venv/bin/rapt-audit"
+TEST_COMMAND = ".venv/bin/python -m pytest"
+
+
+def _ci_gate(path: Path) -> None:
+    """``runs/ci-gate``: the runs the committed baseline was recorded from, where CI writes them."""
+    for result in read_baseline(REPO / "baselines" / "ci-smoke.json"):
+        write_result(result, path / Path(result.config["out"]).name)
+
+
+#: The stored inputs that documented report commands read: documented path → how to build it in the
+#: test's working directory. These are the only changes made to a documented command's world.
+FIXTURES: dict[str, Callable[[Path], object]] = {
+    "runs/t2t-eta": t2t_sweep,  # the documented η sweep of t2t, as result files (invented numbers)
+    "runs/ci-gate": _ci_gate,
+    "baselines/ci-smoke.json": lambda path: shutil.copyfile(REPO / "baselines" / "ci-smoke.json", path),
+}
+
+#: What is appended to documented commands to keep them cheap (argparse and --set: the last value wins).
+DRY_RUN = ["--dry-run"]
+CALIBRATE_COST = ["--profile", "smoke"]
+SMOKE_RUN = ["--profile", "smoke", "--quiet", "--set", "data.victim_train=60", "--set", "data.victim_test=40",
+             "--set", "data.attacker_train=60", "--set", "data.attacker_valid=30"]
+
+
+@dataclass(frozen=True)
+class DocLine:
+    """One step of a documented shell line (``a && b`` gives two), with where it was documented."""
+
+    source: str
+    argv: tuple[str, ...]
+    line: int = 0
+
+    @property
+    def label(self) -> str:
+        """``README.md: rapt-audit ls datasets``: the test id (no line number, so ids stay stable)."""
+        return f"{self.source}: {shlex.join(self.argv)}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}" if self.line else self.source
+
+
+def _readme_steps() -> list[DocLine]:
+    """Each ``&&``-separated step of each line of README.md's fenced bash blocks (comments dropped)."""
+    steps, fence = [], None
+    for number, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+            continue
+        if fence != "bash" or not line.strip():
+            continue
+        tokens, step = shlex.split(line, comments=True), []
+        for token in tokens + ["&&"]:
+            if token == "&&":
+                steps.append(DocLine("README.md", tuple(step), number))
+                step = []
+            else:
+                step.append(token)
+    return steps
+
+
+def _help_commands() -> list[DocLine]:
+    """Every line of the ``--help`` texts (description and epilog) that starts with ``rapt-audit``."""
+    parser = build_parser()
+    parsers = {PROGRAM: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers.update({f"{PROGRAM} {name}": sub for name, sub in action.choices.items()})
+    found = []
+    for where, p in parsers.items():
+        for line in f"{p.description or ''}\n{p.epilog or ''}".splitlines():
+            if line.strip().startswith(PROGRAM + " "):
+                found.append(DocLine(f"{where} --help", tuple(shlex.split(line, comments=True))))
+    return found
+
+
+def _is_program(step: DocLine) -> bool:
+    return bool(step.argv) and step.argv[0] in (PROGRAM, VENV_PROGRAM)
+
+
+ALL_STEPS = _readme_steps() + _help_commands()
+COMMANDS = [s for s in ALL_STEPS if _is_program(s)]
+OTHER_STEPS = [s for s in ALL_STEPS if not _is_program(s)]
+# The documented runs, once each for the real-run test (the README and --help share some; a documented
+# dry run is the same run without --dry-run).
+_runs: dict[tuple[str, ...], DocLine] = {}
+for _c in COMMANDS:
+    if _c.argv[1] == "run":
+        _runs.setdefault(tuple(a for a in _c.argv[1:] if a != "--dry-run"), _c)
+RUNS = list(_runs.values())
+
+
+def _params(steps: list[DocLine], marks: Callable[[DocLine], tuple] = lambda _s: ()) -> list:
+    seen: dict[str, int] = {}
+    out = []
+    for step in steps:
+        seen[step.label] = seen.get(step.label, 0) + 1
+        ident = step.label if seen[step.label] == 1 else f"{step.label} #{seen[step.label]}"
+        out.append(pytest.param(step, id=ident, marks=marks(step)))
+    return out
+
+
+def _slow_marks(step: DocLine) -> tuple:
+    # Plausible deniability privatizes every sampled token a hundred times (about 20 s on 2 cores).
+    return (pytest.mark.slow,) if step.argv[1] == "calibrate" and "--deniability" in step.argv else ()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty working directory, so documented relative paths (``runs/...``) land in tmp."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    value = os.environ.get(DATA_ENV)
+    if value and not Path(value).is_dir():
+        monkeypatch.delenv(DATA_ENV)
+    return work
+
+
+def _needs_real_data(argv: tuple[str, ...]) -> str | None:
+    """The real dataset a documented run names, or None when it runs on what is there."""
+    args = build_parser().parse_args(list(argv[1:]))
+    named = [getattr(args, "dataset", None)]
+    named += [s.partition("=")[2] for s in getattr(args, "sets", []) if s.startswith("dataset=")]
+    named += [v for s in getattr(args, "sweeps", []) if s.startswith("dataset=") for v in s[8:].split(",")]
+    real = [n for n in named if n and n != "synthetic"]
+    if (real or getattr(args, "data_dir", None)) and not os.environ.get(DATA_ENV):
+        return f"documented for real data ({', '.join(real) or '--data-dir'}); set {DATA_ENV} to the data directory"
+    return None
+
+
+def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _build_fixtures(argv: tuple[str, ...], work: Path) -> None:
+    for documented, build in FIXTURES.items():
+        if documented in argv:
+            (work / documented).parent.mkdir(parents=True, exist_ok=True)
+            build(work / documented)
+
+
+def test_the_documentation_shows_commands():
+    """The parsers found what the docs hold (guards against a parser that silently finds nothing)."""
+    assert {c.argv[1] for c in COMMANDS} >= {"run", "calibrate", "report", "leaderboard", "check", "ls"}
+    assert any(c.source.startswith(f"{PROGRAM} run --help") for c in COMMANDS)
+    assert any("--dry-run" in c.argv for c in COMMANDS if c.source.startswith("README"))
+
+
+def test_documented_program_is_the_entry_point_tested_here():
+    """``rapt-audit`` in the docs is the installed console script whose entry point these tests call."""
+    scripts = importlib.metadata.entry_points(group="console_scripts", name=PROGRAM)
+    assert [s.value for s in scripts] == ["rapt_audit.cli:main"]
+
+
+@pytest.mark.parametrize("step", _params(OTHER_STEPS))
+def test_documented_setup_step(step: DocLine):
+    """Setup lines are checked, not executed (the bootstrap builds .venv; pytest is this very suite)."""
+    argv = step.argv
+    if argv == ("scripts/bootstrap",):
+        mode = (REPO / "scripts" / "bootstrap").stat().st_mode
+        assert mode & stat.S_IXUSR, "scripts/bootstrap must be executable"
+    elif shlex.join(argv) == TEST_COMMAND:
+        ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        assert f"scripts/bootstrap && {TEST_COMMAND}" in ci, "the README's test command must be the one CI runs"
+    elif argv[0] == "export":
+        assert [a.partition("=")[0] for a in argv[1:]] == [DATA_ENV], "the README exports the variable the code reads"
+    else:
+        pytest.fail(f"{step.where}: {shlex.join(argv)}: no rule for this documented command; "
+                    "add one to tests/test_docs_commands.py")
+
+
+@pytest.mark.parametrize("command", _params(COMMANDS, _slow_marks))
+def test_documented_command_runs(command: DocLine, workdir: Path, capsys: pytest.CaptureFixture[str]):
+    """Each documented command exits 0: ``run`` as a dry run (nothing written), the others for real."""
+    name, argv = command.argv[1], list(command.argv[1:])
+    if name == "run":
+        reason = _needs_real_data(command.argv)
+        if reason:
+            pytest.skip(reason)
+        code, out, err = _main(argv + DRY_RUN, capsys)
+        assert code == 0, f"{command.where}: {shlex.join(argv)} --dry-run exited {code}: {err}"
+        assert "nothing was run or written" in out
+        assert list(workdir.iterdir()) == [], "a dry run must write nothing"
+        return
+    _build_fixtures(command.argv, workdir)
+    if name == "calibrate":
+        argv += CALIBRATE_COST
+    code, out, err = _main(argv, capsys)
+    assert code == 0, f"{command.where}: {shlex.join(argv)} exited {code}: {err or out}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", _params(RUNS))
+def test_documented_run_runs_for_real(command: DocLine, workdir: Path, capsys: pytest.CaptureFixture[str]):
+    """Each documented ``run`` for real, at the smoke profile on a few records."""
+    reason = _needs_real_data(command.argv)
+    if reason:
+        pytest.skip(reason)
+    argv = [a for a in command.argv[1:] if a != "--dry-run"] + SMOKE_RUN
+    code, _out, err = _main(argv, capsys)
+    assert code == 0, f"{command.where}: {shlex.join(argv)} exited {code}: {err}"
+    assert list(workdir.rglob("result.json")), "a run writes its result"
+
+
+# Paths into the code (`rapt_audit/utility/customize.py`, `scripts/bootstrap`, `defenses/`) and dotted
+# module names (`rapt_audit.attacks.whitebox.undo_norm_clipping`), wherever they appear in the text.
+_CODE_PATH = re.compile(r"(?<![\w./-])((?:rapt_audit|scripts|attacks|defenses)/[\w./-]*)")
+_MODULE = re.compile(r"(?<![\w./-])(rapt_audit(?:\.\w+)+)")
+DOCS = [README, REPO / "leaderboard.md", *sorted((REPO / "reports").rglob("*.md"))]
+
+
+def _missing_module(dotted: str) -> bool:
+    """Whether ``a.b.c`` names neither a module nor an attribute of the longest importable prefix."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr, None)
+        return obj is None
+    return True
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_code_named_in_the_docs_exists(doc: Path):
+    """Every code path and dotted module name the docs give exists, so moving code shows up here."""
+    text = doc.read_text(encoding="utf-8")
+    paths = [p.rstrip(".") for p in _CODE_PATH.findall(text)]
+    missing = [p for p in paths if not (REPO / p).exists()]
+    missing += [m for m in _MODULE.findall(text) if _missing_module(m.rstrip("."))]
+    assert not missing, f"{doc.relative_to(REPO)} names code that does not exist: {sorted(set(missing))}"
+    if doc == README:
+        assert "rapt_audit/utility/customize.py" in paths, "the path pattern no longer finds README's paths"
