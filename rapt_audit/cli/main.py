@@ -59,7 +59,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="set a parameter: eta=100, defense.eta=100, attacks.NAME.PARAM=V, data.victim_test=N")
     p.add_argument("--device", default=S, choices=["auto", "cpu", "cuda"], help="torch device (default auto)")
     p.add_argument("--data-dir", dest="data_dir", default=S, help="data directory (default $RAPT_AUDIT_DATA)")
-    p.add_argument("--force", action="store_true", default=S, help="re-run even if --out holds this run")
+    p.add_argument("--force", action="store_true", default=S,
+                   help="re-run even if --out holds this run (cached releases with the same signature are "
+                        "still valid and reused; add --no-release-cache to privatize afresh)")
+    p.add_argument("--no-release-cache", dest="release_cache", action="store_false", default=S,
+                   help="neither read nor write the on-disk release cache ($RAPT_AUDIT_CACHE/releases)")
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
                         "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
@@ -125,7 +129,8 @@ def format_result(result: Any) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Build the RunConfig from file, flags and --set pairs, run it and print the table."""
-    keys = ("defense", "attacks", "dataset", "model", "profile", "seed", "out", "device", "data_dir", "force")
+    keys = ("defense", "attacks", "dataset", "model", "profile", "seed", "out", "device", "data_dir", "force",
+            "release_cache")
     cli = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     config = build_config(file=args.config, cli=cli, sets=args.sets)
     if args.dry_run and not args.sweeps:

@@ -59,7 +59,10 @@ class RunConfig:
         defense_args: Parameters of the defense.
         attack_args: Attack name → its parameters.
         data_args: Split sizes overriding the profile's.
-        force: Re-run even when ``out`` already holds this exact run.
+        force: Re-run even when ``out`` already holds this exact run (releases cached on disk under
+            the same signature are still reused: they are what the defense would compute again).
+        release_cache: Read and write releases in the on-disk cache (``$RAPT_AUDIT_CACHE/releases``);
+            False privatizes afresh and stores nothing. Never changes a result, so not in ``cell_id``.
     """
 
     defense: str = "identity"
@@ -75,6 +78,7 @@ class RunConfig:
     attack_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     data_args: Mapping[str, int] = field(default_factory=dict)
     force: bool = False
+    release_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -90,15 +94,17 @@ class RunConfig:
         return to_jsonable(asdict(self))
 
     def cell_id(self) -> str:
-        """Hash of everything that changes the result (not ``out``, ``force`` or ``device``)."""
-        data = {k: v for k, v in self.to_dict().items() if k not in {"out", "force", "device", "data_dir"}}
+        """Hash of everything that changes the result (not ``out``, ``force``, ``device`` or the cache switch)."""
+        data = {k: v for k, v in self.to_dict().items()
+                if k not in {"out", "force", "device", "data_dir", "release_cache"}}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:12]
 
 
 #: Keys settable at the top level of a config file or with ``--set``.
 RUN_KEYS = tuple(f.name for f in fields(RunConfig) if f.name not in {"defense_args", "attack_args", "data_args"})
 _RUN_TYPES = {"defense": str, "attacks": str, "dataset": str | None, "model": str, "profile": str, "seed": int,
-              "device": str, "out": str | None, "data_dir": str | None, "force": bool}
+              "device": str, "out": str | None, "data_dir": str | None, "force": bool,
+              "release_cache": bool}
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

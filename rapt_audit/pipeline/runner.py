@@ -5,6 +5,8 @@
 3. ``defense.fit(victim_train)``; ``defense.utility(victim_test)``.
 4. ``defense.release(victim_test)`` once; every applicable attack is fitted on the attacker's own
    data and scored on that one release. Inapplicable pairs are recorded as skipped with a reason.
+   The victim release and the attackers' adaptive releases go through the on-disk release cache
+   (:mod:`~rapt_audit.pipeline.cache`), so a re-run reads them instead of privatizing again.
 5. Write ``<out>/result.json`` atomically (nothing is written for a run that fails or is stopped).
 """
 
@@ -25,6 +27,7 @@ from rapt_audit.api.types import AttackResult, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
 from rapt_audit.encoder.models import resolve_device, resolve_model_path, weights_fingerprint
+from rapt_audit.pipeline.cache import cached_defense
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
 from rapt_audit.pipeline.context import RunContext, derive_seed
 from rapt_audit.pipeline.results import (
@@ -170,7 +173,12 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
         utility = {}
         warnings.append(f"dataset {dataset.name} has no task labels, so utility was not measured")
     bar.update(1)
-    release = timed("defense.release", lambda: defense.release(splits.victim_test, ctx=ctx))
+    # Built after fit and utility: the key holds what they depended on (calibrated η, customization).
+    cached = cached_defense(defense, ctx=ctx, enabled=config.release_cache, fit_records=splits.victim_train,
+                            utility_records=splits.victim_test if dataset.has_labels else None,
+                            model_fingerprint=_model_fingerprint(config.model))
+    release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
+    victim_release = cached.last
     bar.update(1)
     outcomes: dict[str, AttackResult | Skip] = {}
     for name, attack in checked.attacks.items():
@@ -181,7 +189,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
             continue
         say(f"attack {name}")
         try:
-            timed(f"attack.{name}.fit", lambda: attack.fit(splits.attacker, defense, ctx=ctx))
+            timed(f"attack.{name}.fit", lambda: attack.fit(splits.attacker, cached, ctx=ctx))
             outcomes[name] = timed(f"attack.{name}", lambda: attack.attack(release, splits.victim_test, ctx=ctx))
         except Skip as skip:
             outcomes[name] = Skip(skip.reason)  # a fresh one: the raised one's traceback holds the attack's frames
@@ -190,7 +198,8 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     env.update({"seed": config.seed, "device": ctx.device, "model": config.model,
                 "model_fingerprint": _model_fingerprint(config.model), "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
-                "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings})
+                "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings,
+                "release_cache": {"victim_test": victim_release, **cached.report()}})
     attack_settings = {n: get_params(a) for n, a in checked.attacks.items()}
     result = RunResult(
         signature=signature(dataset=dataset.name, data_fingerprint=dataset.fingerprint,
