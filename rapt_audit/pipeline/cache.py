@@ -36,11 +36,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError
+from rapt_audit.api.files import write_atomic
 from rapt_audit.api.params import get_params, to_jsonable
 from rapt_audit.api.types import Record, Release, uid_key
 from rapt_audit.api.version import __version__
 from rapt_audit.data import load_dataset, resolve_data_dir
-from rapt_audit.encoder.vocab import _atomic_write
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.pipeline.results import package_versions
 
@@ -238,8 +238,7 @@ class ReleaseStore:
         """Store ``release`` under ``key`` atomically; warn (and go on) when it cannot be stored."""
         try:
             arrays = encode_release(release, key=key)
-            self.path(key).parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.path(key), lambda handle: np.savez(handle, **arrays))
+            write_atomic(self.path(key), lambda handle: np.savez(handle, **arrays))
         except (OSError, TypeError) as exc:
             warnings.warn(f"release not cached ({exc}); it is used, only not stored", stacklevel=2)
 
