@@ -14,15 +14,15 @@ Scoring counts *regular* original tokens only (those with a row in the embedding
 ``[UNK]`` and special-token strings typed in the text have none and cannot be released by any
 defense). An original token without a released counterpart counts as not recovered.
 
-The helpers at the bottom (contextual states, seeded torch training with epoch selection) are used
-by the learned attacks; torch is imported lazily inside them.
+The helpers at the bottom (attacker views, features with contextual states, nearest rows, and
+:func:`fit_selected`, the learned attacks' use of :func:`rapt_audit.utility.training.fit`) serve the
+learned attacks; torch is imported lazily inside them.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
 from rapt_audit.utility.probes import pair_text
+from rapt_audit.utility.training import EarlyStopping, TrainOutcome, adam, fit, shuffled, supervised_loss
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.pipeline.context import RunContext
@@ -298,89 +299,20 @@ def contextual_states(views: Sequence[TokenView], *, ctx: RunContext, batch_size
     return out
 
 
-@dataclass
-class TrainOutcome:
-    """What :func:`train_torch` returns: the selected model state and the training curve."""
+def fit_selected(attack: Any, net: Any, x: np.ndarray, y: np.ndarray, *, criterion: Callable[[Any, Any], Any],
+                 valid_score: Callable[[Any], float], seed: int, device: str) -> TrainOutcome:
+    """Train a learned attack's network with epoch selection on the attacker's validation data.
 
-    state: dict[str, Any]
-    best_epoch: int
-    valid_curve: list[float]
-
-
-def train_torch(model: Any, *, x: np.ndarray, y: np.ndarray, loss: Callable[[Any, Any], Any],
-                valid_score: Callable[[Any], float], epochs: int, batch_size: int, lr: float,
-                weight_decay: float, patience: int, seed: int, device: str) -> TrainOutcome:
-    """Mini-batch Adam training with epoch selection on the attacker's validation data.
-
-    Args:
-        model: A torch module (already on ``device``).
-        x, y: Training inputs and targets (numpy; moved to ``device`` once).
-        loss: ``loss(model_output, y_batch)`` → scalar tensor.
-        valid_score: ``valid_score(model)`` → a number to *maximise*, computed on attacker-valid
-            data only (never the victim's records).
-        seed: Seed for the batch order (initialisation is seeded by the caller).
-
-    Returns:
-        The state of the best epoch (epoch 0 = the untrained model), so a model that never beats
-        its initialisation on validation data is reported as such instead of overfitting.
+    Adam with the attack's ``lr`` and ``weight_decay``, batches of ``batch_size`` in an order seeded by
+    ``seed`` (initialisation is seeded by the caller), at most ``epochs`` epochs with ``patience``.
+    ``valid_score(net)`` is maximised and reads attacker-valid data only (never the victim's records).
+    The untrained network (epoch 0) is a candidate too, so a model that never beats its
+    initialisation on validation data is reported as such instead of overfitting.
     """
-    import torch  # lazy (torch)
-
-    xt = torch.as_tensor(x, device=device)
-    yt = torch.as_tensor(y, device=device)
-    try:  # the fused kernel is several times faster on CPU for small models; same update rule
-        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
-    except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch or unsupported device
-        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    order_rng = np.random.default_rng(seed)
-    model.eval()
-    best, best_epoch = valid_score(model), 0
-    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    curve, since = [best], 0
-    for epoch in range(1, epochs + 1):
-        model.train()
-        order = torch.as_tensor(order_rng.permutation(len(xt)), device=device)
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            opt.zero_grad(set_to_none=True)
-            loss(model(xt[idx]), yt[idx]).backward()
-            opt.step()
-        model.eval()
-        score = valid_score(model)
-        curve.append(score)
-        if score > best:
-            best, best_epoch, since = score, epoch, 0
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        else:
-            since += 1
-            if since >= patience:
-                break
-    model.load_state_dict(best_state)
-    model.eval()
-    return TrainOutcome(best_state, best_epoch, curve)
-
-
-@contextmanager
-def seeded_torch(seed: int, device: str) -> Iterator[None]:
-    """A context for training the attacks' small networks.
-
-    Inside it torch's global RNG is seeded with ``seed`` (and restored afterwards), and on CPU torch
-    runs single-threaded: these networks are too small to gain from intra-op threads, and on a
-    shared 2-core machine two OpenMP threads competing with other processes were measured 10-40x
-    slower than one (spin-waiting on a descheduled thread).
-    """
-    import torch  # lazy (torch)
-
-    cuda = str(device).startswith("cuda") and torch.cuda.is_available()
-    threads = torch.get_num_threads()
-    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
-        torch.manual_seed(seed % (2**63))
-        if not cuda:
-            torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)
+    return fit(net, loss=supervised_loss(net, x, y, criterion, device=device),
+               batches=shuffled(len(x), int(attack.batch_size), rng=np.random.default_rng(seed)),
+               optimizer=adam(net.parameters(), lr=attack.lr, weight_decay=attack.weight_decay, fused=True),
+               stop=EarlyStopping(int(attack.epochs), valid_score, patience=int(attack.patience), untrained=True))
 
 
 def trained_victim_views(attack: Any, release: Release, truth: Sequence[Record], *, ctx: RunContext

@@ -17,12 +17,12 @@ from rapt_audit.attacks._token_views import (
     aligned_fraction,
     attacker_views,
     features,
+    fit_selected,
     per_record_mean,
-    seeded_torch,
-    train_torch,
     trained_victim_views,
     units_of,
 )
+from rapt_audit.encoder.models import one_thread
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.nn_search import vocabulary_index
 from rapt_audit.pipeline.context import RunContext
@@ -122,7 +122,7 @@ class AEInversionAttack(CheckedParams):
         valid_targets = np.asarray(space.vectors[valid_units.target_row], dtype=np.float32)
         seed = ctx.seed_for("attack", self.name, "train")
         h, z, d = int(self.hidden), int(self.latent), y.shape[1]
-        with seeded_torch(seed, ctx.device):
+        with one_thread(ctx.device, seed=seed):
             self._net = torch.nn.Sequential(
                 torch.nn.Linear(x.shape[1], h), torch.nn.ReLU(), torch.nn.Linear(h, z), torch.nn.ReLU(),  # φ
                 torch.nn.Linear(z, h), torch.nn.ReLU(), torch.nn.Linear(h, d)).to(ctx.device)  # ψ
@@ -133,13 +133,11 @@ class AEInversionAttack(CheckedParams):
                 err = self._reconstruct(valid_feats, valid_units, ctx.device) - valid_targets
                 return -float((err * err).sum(axis=1).mean())
 
-            outcome = train_torch(self._net, x=x, y=y, loss=torch.nn.functional.mse_loss, valid_score=neg_valid_mse,
-                                  epochs=int(self.epochs), batch_size=int(self.batch_size), lr=self.lr,
-                                  weight_decay=self.weight_decay, patience=int(self.patience), seed=seed,
-                                  device=ctx.device)
+            outcome = fit_selected(self, self._net, x, y, criterion=torch.nn.functional.mse_loss,
+                                   valid_score=neg_valid_mse, seed=seed, device=ctx.device)
         self._fit_details = {"release_kind": self._kind, "train_tokens": int(len(y)),
                              "valid_tokens": int(valid_units.source.size), "best_epoch": outcome.best_epoch,
-                             "valid_mse_by_epoch": [round(-v, 5) for v in outcome.valid_curve],
+                             "valid_mse_by_epoch": [round(-v, 5) for v in outcome.scores],
                              "context": bool(self.context), "input_dim": int(x.shape[1])}
         return self
 

@@ -18,6 +18,7 @@ from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.classification import accuracy_estimate, macro_f1_estimate
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
+from rapt_audit.utility.training import EarlyStopping, fit, shuffled, supervised_loss
 
 metric("attribute_macro_f1", "attack", False, "macro-F1 of the attacker's private-attribute guesses")
 
@@ -131,29 +132,19 @@ class AttributeInferenceAttack(CheckedParams):
         torch.manual_seed(ctx.seed_for("attack", self.name, "init"))
         model = torch.nn.Sequential(torch.nn.Linear(x_train.shape[1], self.hidden), torch.nn.ReLU(),
                                     torch.nn.Linear(self.hidden, len(self._classes))).to(ctx.device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=self.lr)
-        xt = torch.as_tensor(x_train, dtype=torch.float32, device=ctx.device)
-        yt = torch.as_tensor(y_train, device=ctx.device)
         xv = torch.as_tensor(x_valid, dtype=torch.float32, device=ctx.device)
-        order_rng = ctx.rng("attack", self.name, "order")
-        best = (-1.0, 0, None)  # (valid accuracy, epoch, state)
-        for epoch in range(1, self.epochs + 1):
-            model.train()
-            perm = torch.as_tensor(order_rng.permutation(len(xt)), device=ctx.device)
-            for start in range(0, len(perm), self.batch_size):
-                idx = perm[start:start + self.batch_size]
-                loss = torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            model.eval()
+
+        def valid_accuracy(model: Any) -> float:
             with torch.no_grad():
-                accuracy = float((model(xv).argmax(1).cpu().numpy() == y_valid).mean())
-            if accuracy > best[0]:
-                best = (accuracy, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
-        model.load_state_dict(best[2])
-        model.eval()
-        return model, best[1], best[0]
+                return float((model(xv).argmax(1).cpu().numpy() == y_valid).mean())
+
+        x_train = np.asarray(x_train, dtype=np.float32)
+        outcome = fit(model, loss=supervised_loss(model, x_train, y_train, torch.nn.functional.cross_entropy,
+                                                  device=ctx.device),
+                      batches=shuffled(len(x_train), self.batch_size, rng=ctx.rng("attack", self.name, "order")),
+                      optimizer=torch.optim.Adam(model.parameters(), lr=self.lr),
+                      stop=EarlyStopping(self.epochs, valid_accuracy))
+        return model, outcome.best_epoch, outcome.best_score
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Predict the victim's attribute from the release; score against the victim's true values."""

@@ -20,11 +20,11 @@ from rapt_audit.attacks._token_views import (
     aligned_fraction,
     attacker_views,
     features,
-    seeded_torch,
-    train_torch,
+    fit_selected,
     trained_victim_views,
     units_of,
 )
+from rapt_audit.encoder.models import one_thread
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.pipeline.context import RunContext
 
@@ -207,7 +207,7 @@ class MLPInversionAttack(CheckedParams):
         error = feats[train_units.source[train_units.aligned]][:, :d] - space.vectors[targets]
         scale = float(np.clip(d / max(float((error * error).sum(axis=1).mean()), 1e-12), 1e-3, 1e4))
         log_prior = np.log(np.array([counts[row] for row in ranked], dtype=np.float64) / len(targets))
-        with seeded_torch(seed, ctx.device):
+        with one_thread(ctx.device, seed=seed):
             self._net = self._build(int(self._mean.shape[1]), np.asarray(space.vectors[self._class_rows]), scale,
                                     log_prior, ctx.device)
 
@@ -221,15 +221,13 @@ class MLPInversionAttack(CheckedParams):
 
             if self.nn_head:  # the Gaussian scale is a poor likelihood for text releases: tune it first
                 scale = self._calibrate_scale(scale, valid_accuracy)
-            outcome = train_torch(self._net, x=x, y=y, loss=torch.nn.functional.cross_entropy,
-                                  valid_score=valid_accuracy, epochs=int(self.epochs),
-                                  batch_size=int(self.batch_size), lr=self.lr, weight_decay=self.weight_decay,
-                                  patience=int(self.patience), seed=seed, device=ctx.device)
+            outcome = fit_selected(self, self._net, x, y, criterion=torch.nn.functional.cross_entropy,
+                                   valid_score=valid_accuracy, seed=seed, device=ctx.device)
         self._fit_details = {
             "release_kind": self._kind, "classes": len(ranked), "train_tokens": int(len(y)),
             "train_tokens_outside_classes": int((~keep).sum()), "valid_tokens": int(valid_units.source.size),
             "best_epoch": outcome.best_epoch,
-            "valid_token_accuracy_by_epoch": [round(v, 4) for v in outcome.valid_curve],
+            "valid_token_accuracy_by_epoch": [round(v, 4) for v in outcome.scores],
             "context": bool(self.context), "nn_head": bool(self.nn_head), "feature_dim": int(self._mean.shape[1]),
             "initial_scale": scale if self.nn_head else None}
         return self

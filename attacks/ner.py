@@ -40,6 +40,7 @@ from rapt_audit.data import load_dataset
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_statistic
+from rapt_audit.utility.training import Epochs, fit
 
 metric("entity_f1", "attack", False, "entity-level F1 of entities whose type and original surface string "
                                      "the attacker recovers from the release")
@@ -247,32 +248,28 @@ def _train_token_classifier(attack: TrainedNERAttack, words: list[list[str]], ta
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=attack.lr, weight_decay=0.01)
     order_rng = ctx.rng("attack", attack.name, "order")
     keep = [k for k, w in enumerate(words) if w]
-    batches = _length_batches([len(words[k]) for k in keep], attack.batch_size, order_rng)
     # Linear warm-up over the first 10 % of steps, then linear decay to 0 (the usual BERT fine-tuning schedule).
-    total = max(1, attack.epochs * len(batches))
+    total = max(1, attack.epochs * -(-len(keep) // attack.batch_size))
     warmup = max(1, total // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))))
-    for epoch in range(attack.epochs):
-        if epoch:
-            batches = _length_batches([len(words[k]) for k in keep], attack.batch_size, order_rng)
-        for positions in batches:
-            batch = [keep[k] for k in positions]
-            enc = encoder.tokenizer([words[k] for k in batch], is_split_into_words=True, truncation=True,
-                                    max_length=attack.max_length, padding=True, return_tensors="pt")
-            labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
-            for row, k in enumerate(batch):
-                previous = None
-                for pos, word in enumerate(enc.word_ids(row)):
-                    if word is not None and word != previous:  # label the first sub-token of each word
-                        labels[row, pos] = label_id.get(tags[k][word], 0)
-                    previous = word
-            out = model(**{key: v.to(ctx.device) for key, v in enc.items()}, labels=labels.to(ctx.device))
-            optimizer.zero_grad()
-            out.loss.backward()
-            optimizer.step()
-            schedule.step()
-    return model.eval()
+
+    def loss(positions: np.ndarray) -> Any:
+        batch = [keep[k] for k in positions]
+        enc = encoder.tokenizer([words[k] for k in batch], is_split_into_words=True, truncation=True,
+                                max_length=attack.max_length, padding=True, return_tensors="pt")
+        labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
+        for row, k in enumerate(batch):
+            previous = None
+            for pos, word in enumerate(enc.word_ids(row)):
+                if word is not None and word != previous:  # label the first sub-token of each word
+                    labels[row, pos] = label_id.get(tags[k][word], 0)
+                previous = word
+        return model(**{key: v.to(ctx.device) for key, v in enc.items()}, labels=labels.to(ctx.device)).loss
+
+    fit(model, loss=loss, batches=lambda: _length_batches([len(words[k]) for k in keep], attack.batch_size, order_rng),
+        optimizer=optimizer, stop=Epochs(attack.epochs), after_step=schedule.step)
+    return model
 
 
 def _length_batches(lengths: Sequence[int], size: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -7,7 +7,6 @@ This module imports torch at import time; defenses import it inside their method
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +14,7 @@ import torch
 from torch import nn
 
 from rapt_audit.encoder.models import one_thread
+from rapt_audit.utility.training import Epochs, fit, shuffled_even, supervised_loss
 
 
 class _ReverseGradient(torch.autograd.Function):
@@ -84,22 +84,25 @@ def fit_classifier(x: np.ndarray, y: np.ndarray, *, n_classes: int, hidden: int 
     order_rng = np.random.default_rng(seed)
     model = mlp(x.shape[1], hidden, n_classes, dropout).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    xt = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
-    yt = torch.as_tensor(np.asarray(y, dtype=np.int64), device=device)
-    history = []
+    batch_loss = supervised_loss(model, np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.int64),
+                                 nn.functional.cross_entropy, device=device)
+    total = 0.0  # this epoch's summed loss
+
+    def loss(idx: np.ndarray) -> torch.Tensor:
+        nonlocal total
+        value = batch_loss(idx)
+        total += float(value.detach()) * len(idx)
+        return value
+
+    def mean_loss(_epoch: int) -> float:
+        nonlocal total
+        mean, total = total / len(x), 0.0
+        return mean
+
     with one_thread(device):
-        for _ in range(epochs):
-            model.train()
-            total = 0.0
-            for idx in np.array_split(order_rng.permutation(len(xt)), max(1, math.ceil(len(xt) / batch_size))):
-                loss = nn.functional.cross_entropy(model(xt[idx]), yt[idx])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(idx)
-            history.append(total / len(xt))
-    model.eval()
-    return TrainedClassifier(model, n_classes, device, history)
+        outcome = fit(model, loss=loss, batches=shuffled_even(len(x), batch_size, rng=order_rng), optimizer=optimizer,
+                      stop=Epochs(epochs), end_epoch=mean_loss)
+    return TrainedClassifier(model, n_classes, device, outcome.history)
 
 
 @dataclass
@@ -153,39 +156,38 @@ def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *
     xt = torch.as_tensor(np.asarray(pooled, dtype=np.float32), device=device)
     yt = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=device)
     at = torch.as_tensor(np.asarray(attributes, dtype=np.int64), device=device)
-    order_rng = np.random.default_rng(seed)
     model = CapeModel(projection, task_head, adversary_head)
+    sums = dict.fromkeys(("task_loss", "adversary_loss", "adversary_correct", "adversary_seen"), 0.0)  # per epoch
+
+    def loss(idx: np.ndarray) -> torch.Tensor | None:
+        r = minmax_torch(projection(xt[idx]))
+        noisy = r + laplace_like(r, noise_scale, generator)
+        total = torch.zeros((), device=device)
+        has_label, has_attr = yt[idx] >= 0, at[idx] >= 0
+        if task_head is not None and bool(has_label.any()):
+            task_loss = nn.functional.cross_entropy(task_head(noisy[has_label]), yt[idx][has_label])
+            total = total + task_loss
+            sums["task_loss"] += float(task_loss.detach()) * int(has_label.sum())
+        if adversary_head is not None and bool(has_attr.any()):
+            logits = adversary_head(reverse_gradient(noisy[has_attr], adversary_weight))
+            adv_loss = nn.functional.cross_entropy(logits, at[idx][has_attr])
+            total = total + adv_loss
+            sums["adversary_loss"] += float(adv_loss.detach()) * int(has_attr.sum())
+            sums["adversary_correct"] += float((logits.argmax(1) == at[idx][has_attr]).sum())
+            sums["adversary_seen"] += int(has_attr.sum())
+        return total if total.requires_grad else None  # a batch with neither label nor attribute: no step
+
+    def epoch_record(_epoch: int) -> dict[str, float]:
+        seen = max(sums["adversary_seen"], 1.0)
+        record = {"task_loss": sums["task_loss"] / max(int((yt >= 0).sum()), 1),
+                  "adversary_loss": sums["adversary_loss"] / seen,
+                  "adversary_train_accuracy": sums["adversary_correct"] / seen}
+        sums.update(dict.fromkeys(sums, 0.0))
+        return record
+
+    parts = nn.ModuleList([m for m in (projection, task_head, adversary_head) if m is not None])
     with one_thread(device):
-        for _ in range(epochs):
-            modules = [m for m in (projection, task_head, adversary_head) if m is not None]
-            for m in modules:
-                m.train()
-            sums = {"task_loss": 0.0, "adversary_loss": 0.0, "adversary_correct": 0.0, "adversary_seen": 0.0}
-            for idx in np.array_split(order_rng.permutation(len(xt)), max(1, math.ceil(len(xt) / batch_size))):
-                r = minmax_torch(projection(xt[idx]))
-                noisy = r + laplace_like(r, noise_scale, generator)
-                loss = torch.zeros((), device=device)
-                has_label, has_attr = yt[idx] >= 0, at[idx] >= 0
-                if task_head is not None and bool(has_label.any()):
-                    task_loss = nn.functional.cross_entropy(task_head(noisy[has_label]), yt[idx][has_label])
-                    loss = loss + task_loss
-                    sums["task_loss"] += float(task_loss.detach()) * int(has_label.sum())
-                if adversary_head is not None and bool(has_attr.any()):
-                    logits = adversary_head(reverse_gradient(noisy[has_attr], adversary_weight))
-                    adv_loss = nn.functional.cross_entropy(logits, at[idx][has_attr])
-                    loss = loss + adv_loss
-                    sums["adversary_loss"] += float(adv_loss.detach()) * int(has_attr.sum())
-                    sums["adversary_correct"] += float((logits.argmax(1) == at[idx][has_attr]).sum())
-                    sums["adversary_seen"] += int(has_attr.sum())
-                if loss.requires_grad:
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-            seen = max(sums["adversary_seen"], 1.0)
-            model.history.append({"task_loss": sums["task_loss"] / max(int((yt >= 0).sum()), 1),
-                                  "adversary_loss": sums["adversary_loss"] / seen,
-                                  "adversary_train_accuracy": sums["adversary_correct"] / seen})
-    for m in (projection, task_head, adversary_head):
-        if m is not None:
-            m.eval()
+        outcome = fit(parts, loss=loss, batches=shuffled_even(len(xt), batch_size, rng=np.random.default_rng(seed)),
+                      optimizer=optimizer, stop=Epochs(epochs), end_epoch=epoch_record)
+    model.history = outcome.history
     return model

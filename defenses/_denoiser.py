@@ -23,6 +23,7 @@ from torch import nn
 
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import dchi_noise
+from rapt_audit.utility.training import EarlyStopping, fit
 
 
 def clip_rows(x: np.ndarray, bound: float) -> np.ndarray:
@@ -148,30 +149,26 @@ def train_denoiser(train: DenoiseBatch, valid: DenoiseBatch, *, d_model: int, he
                      max_tokens=max_tokens).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     target = torch.as_tensor(train.clean.astype(np.float32), device=device)
-    noisy_mse = float(mse_rows(valid.output, valid.clean).mean())
-    best = (noisy_mse, 0, {k: v.detach().clone() for k, v in model.state_dict().items()})
-    history = []
-    # Batches of similar length waste less compute on padding.
+    noisy_mse = float(mse_rows(valid.output, valid.clean).mean())  # the untrained denoiser is the identity
     lengths = np.array([min(len(t), max_tokens) for t in train.tokens])
+
+    def batches() -> list[np.ndarray]:
+        # Batches of similar length waste less compute on padding; their order is shuffled.
+        order = order_rng.permutation(len(lengths))
+        order = order[np.argsort(lengths[order], kind="stable")]
+        chunks = np.array_split(order, max(1, math.ceil(len(order) / batch_size)))
+        return [chunks[c] for c in order_rng.permutation(len(chunks))]
+
+    def loss(idx: np.ndarray) -> torch.Tensor:
+        return nn.functional.mse_loss(model(*_pad(train, idx, max_tokens, device)), target[idx])
+
+    def valid_mse(model: Denoiser) -> float:
+        return float(mse_rows(denoise(model, valid, device=device), valid.clean).mean())
+
     with one_thread(device):
-        for epoch in range(1, epochs + 1):
-            model.train()
-            order = order_rng.permutation(len(lengths))
-            order = order[np.argsort(lengths[order], kind="stable")]
-            chunks = np.array_split(order, max(1, math.ceil(len(order) / batch_size)))
-            for c in order_rng.permutation(len(chunks)):
-                idx = chunks[c]
-                loss = nn.functional.mse_loss(model(*_pad(train, idx, max_tokens, device)), target[idx])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            valid_mse = float(mse_rows(denoise(model, valid, device=device), valid.clean).mean())
-            history.append(valid_mse)
-            if valid_mse < best[0]:
-                best = (valid_mse, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
-    model.load_state_dict(best[2])
-    model.eval()
-    return DenoiserFit(model, best[1], noisy_mse, best[0], history)
+        outcome = fit(model, loss=loss, batches=batches, optimizer=optimizer,
+                      stop=EarlyStopping(epochs, valid_mse, maximize=False, untrained=True, untrained_score=noisy_mse))
+    return DenoiserFit(model, outcome.best_epoch, noisy_mse, outcome.best_score, outcome.scores[1:])
 
 
 def subset(batch: DenoiseBatch, idx: Sequence[int]) -> DenoiseBatch:

@@ -214,11 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows_file = out / "rows.jsonl"
     if not args.render_only:
-        import torch
-
-        torch.set_num_threads(1)
         from rapt_audit.api.plugins import DEFENSES, load
         from rapt_audit.data import SplitSizes, load_dataset, make_splits
+        from rapt_audit.encoder.models import one_thread
         from rapt_audit.pipeline.context import RunContext
 
         load()
@@ -231,17 +229,19 @@ def main(argv: list[str] | None = None) -> int:
                           "sst2": {"victim_train": sst_sizes[0], "victim_test": sst_sizes[1]}}}
         ctx = RunContext(seed=args.seed, profile=args.profile, device="cpu", data_dir=args.data_dir)
         sweeps, fixed = sweeps_from(args), fixed_from(args)
-        for name in [n.strip() for n in args.defenses.split(",") if n.strip()]:
-            DEFENSES.get(name)  # unknown names fail before any work
-            param, values = sweeps[name]
-            for value in values:
-                row = measure(name, param, value, data=data, ctx=ctx, profile=args.profile,
-                              fixed=fixed.get(name, {}), privacy_only=args.privacy_only)
-                with rows_file.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(f"{name} {param}={value}: acc={row['utility'].get('accuracy', {}).get('value', float('nan')):.3f} "
-                      + " ".join(f"priv.{a}={p['empirical_privacy']['value']:.3f}" for a, p in row["privacy"].items())
-                      + f" ({row['wall_s']} s)", flush=True)
+        with one_thread("cpu"):  # small models on shared cores: one torch thread is fastest
+            for name in [n.strip() for n in args.defenses.split(",") if n.strip()]:
+                DEFENSES.get(name)  # unknown names fail before any work
+                param, values = sweeps[name]
+                for value in values:
+                    row = measure(name, param, value, data=data, ctx=ctx, profile=args.profile,
+                                  fixed=fixed.get(name, {}), privacy_only=args.privacy_only)
+                    with rows_file.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    acc = row["utility"].get("accuracy", {}).get("value", float("nan"))
+                    privacy = " ".join(f"priv.{a}={p['empirical_privacy']['value']:.3f}"
+                                       for a, p in row["privacy"].items())
+                    print(f"{name} {param}={value}: acc={acc:.3f} {privacy} ({row['wall_s']} s)", flush=True)
     render(load_rows(rows_file), report)
     print(f"wrote {report}/fig7.png and {report}/fig7_table.md")
     return 0

@@ -146,26 +146,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out, report = Path(args.out), Path(args.report)
     if not args.render_only:
-        import torch
-
-        torch.set_num_threads(1)
+        from rapt_audit.encoder.models import one_thread
         from rapt_audit.pipeline.config import RunConfig
         from rapt_audit.pipeline.runner import run
 
         sizes = dict(zip(("victim_train", "victim_test", "attacker_train", "attacker_valid"),
                          (int(v) for v in args.sizes.split(","))))
-        for eta in [float(v) for v in args.eta.split(",")]:
-            for name in args.defenses.split(","):
-                config = RunConfig(defense=name, attacks=args.attacks, dataset="sst2", profile=args.profile,
-                                   seed=args.seed, device="cpu", out=str(out / f"{name}-eta{eta:g}"),
-                                   data_dir=args.data_dir, defense_args={"eta": eta}, data_args=sizes)
-                result = run(config, log=lambda m: print(m, flush=True))
-                if "whitebox" in args.attacks:
-                    nn = clipping_aware_nn(config)
-                    write_text_atomic(out / f"{name}-eta{eta:g}" / "nn_rescaled.json", json.dumps(nn, indent=1))
-                acc = result.utility.get("accuracy")
-                print(f"{name} eta={eta:g}: accuracy={acc.value if acc else float('nan'):.3f} "
-                      f"({result.env['wall_time_s']:.0f} s)", flush=True)
+        with one_thread("cpu"):  # small models on shared cores: one torch thread is fastest
+            for eta in [float(v) for v in args.eta.split(",")]:
+                for name in args.defenses.split(","):
+                    config = RunConfig(defense=name, attacks=args.attacks, dataset="sst2", profile=args.profile,
+                                       seed=args.seed, device="cpu", out=str(out / f"{name}-eta{eta:g}"),
+                                       data_dir=args.data_dir, defense_args={"eta": eta}, data_args=sizes)
+                    result = run(config, log=lambda m: print(m, flush=True))
+                    if "whitebox" in args.attacks:
+                        nn = clipping_aware_nn(config)
+                        write_text_atomic(out / f"{name}-eta{eta:g}" / "nn_rescaled.json", json.dumps(nn, indent=1))
+                    acc = result.utility.get("accuracy")
+                    print(f"{name} eta={eta:g}: accuracy={acc.value if acc else float('nan'):.3f} "
+                          f"({result.env['wall_time_s']:.0f} s)", flush=True)
     render(out, report)
     print(f"wrote {report}/snd_table.md")
     return 0

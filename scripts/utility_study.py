@@ -81,12 +81,10 @@ def cell_key(cell: dict[str, Any]) -> str:
 def run_cell(args: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
     """Fit one defense and measure its customized utility (one process, one torch thread)."""
     cell, opts = args
-    import torch
-
-    torch.set_num_threads(1)
     from rapt_audit.api.params import make_plugin
     from rapt_audit.api.plugins import DEFENSES, load
     from rapt_audit.data import SplitSizes, load_dataset, make_splits
+    from rapt_audit.encoder.models import one_thread
     from rapt_audit.pipeline.context import RunContext
 
     load()
@@ -97,10 +95,11 @@ def run_cell(args: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
     params = {"eta": cell["eta"], "method": cell["method"], "epochs": opts["epochs"],
               "max_length": opts["max_length"], **cell["extra"]}
     defense = make_plugin(DEFENSES, cell["defense"], params)
-    started = time.perf_counter()
-    defense.fit(splits.victim_train, ctx=ctx)
-    utility = defense.utility(splits.victim_test, ctx=ctx)
-    release = defense.release(splits.victim_test, ctx=ctx)
+    with one_thread("cpu"):
+        started = time.perf_counter()
+        defense.fit(splits.victim_train, ctx=ctx)
+        utility = defense.utility(splits.victim_test, ctx=ctx)
+        release = defense.release(splits.victim_test, ctx=ctx)
     return {**cell, "key": cell_key(cell), "utility": {k: v.to_dict() for k, v in utility.items()},
             "observed_replacement": release.meta.get("observed_replacement"),
             "customization": release.meta.get("customization"), "wall_s": round(time.perf_counter() - started, 1),

@@ -147,19 +147,30 @@ def _load_model_cached(spec: str, device: str) -> LoadedModel:
 
 
 @contextlib.contextmanager
-def one_thread(device: str) -> Iterator[None]:
+def one_thread(device: str, *, seed: int | None = None) -> Iterator[None]:
     """Run torch single-threaded on CPU for the duration of the block, then restore the setting.
 
-    The small MLPs trained by attacks and defenses gain nothing from threads, and when the cores are
-    shared (CI, other jobs) torch's spinning worker threads made training ~10x slower in our
-    measurements.
+    The small networks trained by attacks and defenses gain nothing from threads, and when the cores
+    are shared (CI, other jobs) torch's spinning worker threads made training 10-40x slower in our
+    measurements (spin-waiting on a descheduled thread).
+
+    Args:
+        device: ``"cpu"`` pins one thread; a CUDA device leaves the thread count alone.
+        seed: When given, torch's global generator (and the current CUDA device's, on CUDA) is
+            seeded with it inside the block and restored afterwards, so what the block draws
+            (initialisation, dropout) depends on ``seed`` alone.
     """
     import torch  # lazy (torch)
 
     before = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    with contextlib.ExitStack() as stack:
+        if seed is not None:
+            cuda = str(device).startswith("cuda") and torch.cuda.is_available()
+            stack.enter_context(torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []))
+            torch.manual_seed(seed % (2**63))
+        if device == "cpu":
+            torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)

@@ -2,8 +2,9 @@
 
 Owns: :mod:`~rapt_audit.utility.customize` (prompt tuning, prefix tuning, LoRA through ``peft``, and
 full fine-tuning, with RAPT's reconstruction head), :mod:`~rapt_audit.utility.customized` (the
-utility of a text defense under one of those methods) and :mod:`~rapt_audit.utility.probes` (the
-cheap bag-of-words and logistic-regression probes).
+utility of a text defense under one of those methods), :mod:`~rapt_audit.utility.probes` (the
+cheap bag-of-words and logistic-regression probes) and :mod:`~rapt_audit.utility.training` (the one
+training loop, used by customization and by the attacks' and defenses' own networks).
 
 May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.encoder`.
 """

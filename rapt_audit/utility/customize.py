@@ -30,6 +30,7 @@ import numpy as np
 
 from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
 from rapt_audit.api.registry import closest
+from rapt_audit.utility.training import Epochs, fit, shuffled
 
 #: The customization methods, in the order the paper reports them.
 METHODS = ("prompt", "prefix", "lora", "full")
@@ -301,43 +302,43 @@ def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
     optimizer = torch.optim.Adam(trainable, lr=settings.lr)  # RAPT: Adam, no weight decay
     targets = torch.tensor(plain.targets, device=loaded.device) if use_rec else None
     y = torch.as_tensor(labels, device=loaded.device)
-    order_rng = np.random.default_rng(seed)
-    steps_per_epoch = -(-len(texts) // settings.batch_size)
-    total, step = settings.epochs * steps_per_epoch, 0
-    trained = TrainedClassifier(model, loaded.tokenizer, settings, plain_count, loaded.device)
-    for epoch in range(settings.epochs):
-        model.train()
-        sums = {"task_loss": 0.0, "rec_loss": 0.0, "rec_accuracy": 0.0}
-        permutation = order_rng.permutation(len(texts))
-        for start in range(0, len(texts), settings.batch_size):
-            idx = permutation[start:start + settings.batch_size]
-            batch = encode(loaded.tokenizer, [texts[i] for i in idx], plain_count=plain_count,
-                           max_length=settings.max_length, device=loaded.device)
-            logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
-                                       batch.get("plain_positions"))
-            task_loss = torch.nn.functional.cross_entropy(logits, y[idx])
-            loss = task_loss
-            if rec_logits is not None:
-                flat = rec_logits.reshape(-1, rec_logits.shape[-1])
-                expected = targets.repeat(len(idx))
-                # Eq. 6 sums over the m plain tokens; averaged over the examples of the batch.
-                rec_loss = torch.nn.functional.cross_entropy(flat, expected, reduction="sum") / len(idx)
-                loss = loss + settings.rec_weight * rec_loss
-                sums["rec_loss"] += float(rec_loss.detach()) * len(idx)
-                sums["rec_accuracy"] += float((flat.argmax(-1) == expected).float().mean()) * len(idx)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            sums["task_loss"] += float(task_loss.detach()) * len(idx)
-            step += 1
-            if progress is not None:
-                progress(step, total)
-        record = {"epoch": epoch + 1, "task_loss": sums["task_loss"] / len(texts)}
+    total, step = settings.epochs * -(-len(texts) // settings.batch_size), 0
+    sums = dict.fromkeys(("task_loss", "rec_loss", "rec_accuracy"), 0.0)  # per epoch, weighted by batch size
+
+    def loss(idx: np.ndarray) -> torch.Tensor:
+        batch = encode(loaded.tokenizer, [texts[i] for i in idx], plain_count=plain_count,
+                       max_length=settings.max_length, device=loaded.device)
+        logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
+                                   batch.get("plain_positions"))
+        task_loss = torch.nn.functional.cross_entropy(logits, y[idx])
+        sums["task_loss"] += float(task_loss.detach()) * len(idx)
+        if rec_logits is None:
+            return task_loss
+        flat = rec_logits.reshape(-1, rec_logits.shape[-1])
+        expected = targets.repeat(len(idx))
+        # Eq. 6 sums over the m plain tokens; averaged over the examples of the batch.
+        rec_loss = torch.nn.functional.cross_entropy(flat, expected, reduction="sum") / len(idx)
+        sums["rec_loss"] += float(rec_loss.detach()) * len(idx)
+        sums["rec_accuracy"] += float((flat.argmax(-1) == expected).float().mean()) * len(idx)
+        return task_loss + settings.rec_weight * rec_loss
+
+    def advance() -> None:
+        nonlocal step
+        step += 1
+        if progress is not None:
+            progress(step, total)
+
+    def epoch_record(epoch: int) -> dict[str, float]:
+        record = {"epoch": epoch, "task_loss": sums["task_loss"] / len(texts)}
         if use_rec:
             record.update(rec_loss=sums["rec_loss"] / len(texts), rec_accuracy=sums["rec_accuracy"] / len(texts))
-        trained.history.append(record)
+        sums.update(dict.fromkeys(sums, 0.0))
+        return record
+
+    outcome = fit(model, loss=loss, batches=shuffled(len(texts), settings.batch_size, rng=np.random.default_rng(seed)),
+                  optimizer=optimizer, stop=Epochs(settings.epochs), after_step=advance, end_epoch=epoch_record)
+    trained = TrainedClassifier(model, loaded.tokenizer, settings, plain_count, loaded.device, outcome.history)
     model.drop_reconstruction()  # the service keeps the task model only
-    model.eval()
     return trained
 
 

@@ -1,0 +1,201 @@
+"""The one training loop: mini-batch gradient steps on a torch model until a stopping rule says stop.
+
+Every model the suite trains goes through :func:`fit` — the customized encoder
+(:mod:`~rapt_audit.utility.customize`), the learned attacks (MLP and autoencoder inversion, NER,
+attribute inference), CAPE's adversarial training, SnD's denoiser and the representation defenses'
+utility classifier. What differs between them is passed in, not forked:
+
+* the **loss** of one batch, a function of the batch's indices (it may tally statistics on the side);
+* the **batches** of one epoch, drawn from the caller's seeded generator (:func:`shuffled`,
+  :func:`shuffled_even`, or the caller's own order, e.g. length buckets);
+* the **optimizer** (and, through ``after_step``, a learning-rate schedule);
+* the **stopping rule**: :class:`Epochs` (a fixed number) or :class:`EarlyStopping` (a validation
+  score after every epoch, optional patience, the best epoch's state restored).
+
+Random numbers are drawn in one fixed order — each epoch's batch order first, then whatever the
+forward passes draw (dropout) batch by batch — so the same seed gives the same weights.
+
+Imports nothing from the package. torch is imported lazily by the helpers that build tensors (the
+loop itself needs none of it), so importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+#: One epoch's batches: index arrays into the training data, in training order.
+Batches = Callable[[], Iterable[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Epochs:
+    """Stopping rule: train exactly ``epochs`` epochs and keep the last state."""
+
+    epochs: int
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Stopping rule: score the model on held-out data after every epoch and keep the best epoch.
+
+    Attributes:
+        epochs: At most this many epochs.
+        score: ``score(model)`` → the validation score, called with the model in eval mode; it must
+            read the trainer's own held-out data only (never a victim's or a test split).
+        maximize: True when a higher score is better.
+        patience: Stop after this many epochs in a row without a strictly better score; None runs
+            all ``epochs``.
+        untrained: The untrained model (epoch 0) is a candidate too, so training that never beats
+            the initialisation on validation data is not kept.
+        untrained_score: Epoch 0's score when the caller knows it without evaluating the model
+            (``untrained`` only; None: ``score`` is called on the untrained model).
+    """
+
+    epochs: int
+    score: Callable[[Any], float]
+    maximize: bool = True
+    patience: int | None = None
+    untrained: bool = False
+    untrained_score: float | None = None
+
+    def better(self, score: float, best: float | None) -> bool:
+        """Whether ``score`` strictly improves on ``best`` (anything improves on no score)."""
+        return best is None or (score > best if self.maximize else score < best)
+
+
+@dataclass
+class TrainOutcome:
+    """What :func:`fit` returns (the model itself is trained in place).
+
+    Attributes:
+        best_epoch: The epoch whose state the model now holds (0: untrained; the last epoch run
+            under :class:`Epochs`).
+        best_score: Its validation score (None under :class:`Epochs`).
+        scores: Validation score after each epoch, starting at epoch 0 when the untrained model
+            is a candidate, else at epoch 1 (empty under :class:`Epochs`).
+        history: What ``end_epoch`` returned after each epoch (empty without it).
+        epochs_run: How many epochs were trained (fewer than asked when patience ran out).
+    """
+
+    best_epoch: int
+    best_score: float | None
+    scores: list[float] = field(default_factory=list)
+    history: list[Any] = field(default_factory=list)
+    epochs_run: int = 0
+
+
+def fit(model: Any, *, loss: Callable[[np.ndarray], Any], batches: Batches, optimizer: Any,
+        stop: Epochs | EarlyStopping, after_step: Callable[[], Any] | None = None,
+        end_epoch: Callable[[int], Any] | None = None) -> TrainOutcome:
+    """Train ``model`` in place: for each epoch, one optimizer step per batch, then the stopping rule.
+
+    Args:
+        model: A torch module (for several parts, an ``nn.ModuleList`` of them): put in train mode
+            for each epoch and in eval mode to be scored and at the end.
+        loss: ``loss(indices)`` → the scalar loss tensor of one batch, or None for a batch with
+            nothing to learn (no step is taken).
+        batches: Called once per epoch, before its first step: that epoch's batches of indices.
+        optimizer: A torch optimizer over the trainable parameters.
+        stop: :class:`Epochs` or :class:`EarlyStopping`.
+        after_step: Called after every optimizer step (a learning-rate schedule, a progress bar).
+        end_epoch: Called with the epoch number (from 1) after its last step; what it returns is
+            appended to :attr:`TrainOutcome.history` (per-epoch training statistics).
+
+    Returns:
+        The :class:`TrainOutcome`; under :class:`EarlyStopping` the model holds the best epoch's state.
+    """
+    early = stop if isinstance(stop, EarlyStopping) else None
+    outcome = TrainOutcome(best_epoch=0, best_score=None)
+    best_state = None
+    if early is not None and early.untrained:
+        if early.untrained_score is None:
+            model.eval()
+            outcome.best_score = early.score(model)
+        else:
+            outcome.best_score = early.untrained_score
+        outcome.scores.append(outcome.best_score)
+        best_state = _snapshot(model)
+    since = 0  # epochs since the last improvement
+    for epoch in range(1, stop.epochs + 1):
+        model.train()
+        for indices in batches():
+            value = loss(indices)
+            if value is None:
+                continue
+            optimizer.zero_grad(set_to_none=True)
+            value.backward()
+            optimizer.step()
+            if after_step is not None:
+                after_step()
+        outcome.epochs_run = epoch
+        if end_epoch is not None:
+            outcome.history.append(end_epoch(epoch))
+        if early is None:
+            outcome.best_epoch = epoch
+            continue
+        model.eval()
+        score = early.score(model)
+        outcome.scores.append(score)
+        if early.better(score, outcome.best_score):
+            outcome.best_score, outcome.best_epoch, since = score, epoch, 0
+            best_state = _snapshot(model)
+        else:
+            since += 1
+            if early.patience is not None and since >= early.patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return outcome
+
+
+def _snapshot(model: Any) -> dict[str, Any]:
+    """A detached copy of the model's state (parameters and buffers)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def shuffled(n: int, size: int, *, rng: np.random.Generator) -> Batches:
+    """Each epoch, a fresh permutation of ``range(n)`` cut into consecutive batches of ``size`` (the last shorter)."""
+    def epoch() -> list[np.ndarray]:
+        order = rng.permutation(n)
+        return [order[start:start + size] for start in range(0, n, size)]
+
+    return epoch
+
+
+def shuffled_even(n: int, size: int, *, rng: np.random.Generator) -> Batches:
+    """Each epoch, a fresh permutation of ``range(n)`` split into ``ceil(n / size)`` batches of near-equal size."""
+    return lambda: np.array_split(rng.permutation(n), max(1, math.ceil(n / size)))
+
+
+def supervised_loss(model: Any, x: np.ndarray, y: np.ndarray, criterion: Callable[[Any, Any], Any], *,
+                    device: str) -> Callable[[np.ndarray], Any]:
+    """``loss(indices) = criterion(model(x[indices]), y[indices])``, with ``x`` and ``y`` moved to ``device`` once."""
+    import torch  # lazy (torch)
+
+    xt, yt = torch.as_tensor(x, device=device), torch.as_tensor(y, device=device)
+    return lambda indices: criterion(model(xt[indices]), yt[indices])
+
+
+def adam(parameters: Iterable[Any], *, lr: float, weight_decay: float = 0.0, fused: bool = False) -> Any:
+    """``torch.optim.Adam``; with ``fused``, the fused kernel where torch supports it (same update rule).
+
+    The fused kernel is several times faster on CPU for small models.
+    """
+    import torch  # lazy (torch)
+
+    parameters = list(parameters)
+    if fused:
+        try:
+            return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay, fused=True)
+        except (RuntimeError, TypeError, ValueError):  # pragma: no cover - older torch or unsupported device
+            pass
+    return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay)
+
+
+__all__ = ["Batches", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit", "shuffled", "shuffled_even",
+           "supervised_loss"]
