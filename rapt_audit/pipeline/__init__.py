@@ -2,8 +2,9 @@
 
 Owns: :mod:`~rapt_audit.pipeline.config` (RunConfig and its precedence rules),
 :mod:`~rapt_audit.pipeline.context` (RunContext: seeds, device, shared objects),
-:mod:`~rapt_audit.pipeline.runner` (``run(config)``), :mod:`~rapt_audit.pipeline.sweep` and
-:mod:`~rapt_audit.pipeline.results` (the result file, its signature and atomic writes).
+:mod:`~rapt_audit.pipeline.runner` (``run(config)``), :mod:`~rapt_audit.pipeline.sweep`,
+:mod:`~rapt_audit.pipeline.results` (the result file and its signature) and
+:mod:`~rapt_audit.pipeline.cache` (releases stored on disk by the signature of what they depend on).
 
 May import: every layer below it (api, scoring, encoder, data); it reaches the plugins only through
 the registries. Named ``pipeline`` rather than ``run`` so that :func:`rapt_audit.run` stays a function.
