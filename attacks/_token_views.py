@@ -14,28 +14,24 @@ Scoring counts *regular* original tokens only (those with a row in the embedding
 ``[UNK]`` and special-token strings typed in the text have none and cannot be released by any
 defense). An original token without a released counterpart counts as not recovered.
 
-The helpers at the bottom (attacker views, features with contextual states, nearest rows, and
-:func:`fit_selected`, the learned attacks' use of :func:`rapt_audit.utility.training.fit`) serve the
-learned attacks; torch is imported lazily inside them.
+The helpers at the bottom (features with contextual states, nearest rows) serve the learned
+attacks (``attacks/_inversion.py``); torch is imported lazily inside them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from rapt_audit.api.errors import UsageError
-from rapt_audit.api.types import AttackerData, Estimate, Record, Release, Skip
+from rapt_audit.api.types import Estimate, Record, Release, Skip
 from rapt_audit.attacks._align import align
-from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
 from rapt_audit.encoder.encode import pad_embeddings, token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
 from rapt_audit.utility.probes import pair_text
-from rapt_audit.utility.training import EarlyStopping, TrainOutcome, adam, fit, shuffled, supervised_loss
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.pipeline.context import RunContext
@@ -215,24 +211,6 @@ def per_record_mean(values: np.ndarray, units: Units, n_views: int, *, rng: np.r
     return bootstrap_mean(means, weights=counts, rng=rng)
 
 
-def attacker_views(aux: AttackerData, defense: Any, *, ctx: RunContext, attack: str, min_train: int,
-                   min_valid: int) -> tuple[str, list[TokenView], list[TokenView]]:
-    """Adaptive training data: the attacker's own train and valid records, privatized by ``defense``.
-
-    Raises:
-        DataError: (via :func:`rapt_audit.attacks._base.require_size`) when the attacker has too few records.
-        Skip: when the defense releases nothing token-level.
-    """
-    release_kind(frozenset(getattr(defense, "exposes", frozenset())), attack=attack)  # Skip before any work
-    require_size(aux.train, min_train, attack=attack, what="attacker-train")
-    require_size(aux.valid, min_valid, attack=attack, what="attacker-valid")
-    train_release = adaptive_release(defense, aux.train, ctx=ctx)
-    valid_release = adaptive_release(defense, aux.valid, ctx=ctx)
-    kind = release_kind(train_release.kinds, attack=attack)
-    return (kind, build_views(train_release, aux.train, ctx=ctx, kind=kind),
-            build_views(valid_release, aux.valid, ctx=ctx, kind=kind))
-
-
 def features(views: Sequence[TokenView], *, ctx: RunContext, context: bool) -> np.ndarray:
     """Per released unit: its released vector, plus the encoder's contextual state when ``context``."""
     return stack_released(views, contextual_states(views, ctx=ctx) if context else None)
@@ -298,35 +276,3 @@ def contextual_states(views: Sequence[TokenView], *, ctx: RunContext, batch_size
                 out[v][s:s + n] = hidden[row, lead:lead + n]
     return out
 
-
-def fit_selected(attack: Any, net: Any, x: np.ndarray, y: np.ndarray, *, criterion: Callable[[Any, Any], Any],
-                 valid_score: Callable[[Any], float], seed: int, device: str) -> TrainOutcome:
-    """Train a learned attack's network with epoch selection on the attacker's validation data.
-
-    Adam with the attack's ``lr`` and ``weight_decay``, batches of ``batch_size`` in an order seeded by
-    ``seed`` (initialisation is seeded by the caller), at most ``epochs`` epochs with ``patience``.
-    ``valid_score(net)`` is maximised and reads attacker-valid data only (never the victim's records).
-    The untrained network (epoch 0) is a candidate too, so a model that never beats its
-    initialisation on validation data is reported as such instead of overfitting.
-    """
-    return fit(net, loss=supervised_loss(net, x, y, criterion, device=device),
-               batches=shuffled(len(x), int(attack.batch_size), rng=np.random.default_rng(seed)),
-               optimizer=adam(net.parameters(), lr=attack.lr, weight_decay=attack.weight_decay, fused=True),
-               stop=EarlyStopping(int(attack.epochs), valid_score, patience=int(attack.patience), untrained=True))
-
-
-def trained_victim_views(attack: Any, release: Release, truth: Sequence[Record], *, ctx: RunContext
-                         ) -> tuple[list[TokenView], Any]:
-    """Views and units of the victim release for a trained attack (``_aux``, ``_net``, ``_kind`` set by fit).
-
-    Checks that the attack was fitted, that victim and attacker data are disjoint, and that the
-    release is of the kind the attack was trained on (else :class:`Skip`).
-    """
-    if attack._aux is None or attack._net is None:
-        raise UsageError(f"{attack.name}: call fit(aux, defense, ctx=...) before attack")
-    check_disjoint(attack._aux, truth)
-    kind = release_kind(release.kinds, attack=attack.name)
-    if kind != attack._kind:
-        raise Skip(f"{attack.name} was trained on {attack._kind} releases but the victim release holds {kind}")
-    _, views = views_for(release, truth, ctx=ctx, attack=attack.name, supported=(kind,))
-    return views, units_of(views)

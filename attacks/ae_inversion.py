@@ -7,21 +7,11 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.errors import DataError
-from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat, PositiveInt
+from rapt_audit.api.params import PositiveInt
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
-from rapt_audit.attacks._token_views import (
-    Units,
-    accuracy,
-    aligned_fraction,
-    attacker_views,
-    features,
-    fit_selected,
-    per_record_mean,
-    trained_victim_views,
-    units_of,
-)
+from rapt_audit.attacks._inversion import LearnedTokenInversion
+from rapt_audit.attacks._token_views import Units, accuracy, aligned_fraction, features, per_record_mean
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.nn_search import vocabulary_index
@@ -37,7 +27,7 @@ _BATCH = 4096
 
 @ATTACKS.register("ae_inversion", tags=("inversion", "learned"))
 @dataclass
-class AEInversionAttack(CheckedParams):
+class AEInversionAttack(LearnedTokenInversion):
     """Autoencoder black-box inversion (RAPT v3 §IV-A1 "autoencoder-based black-box attack"), adaptive.
 
     An encoder φ (two ReLU layers, down to ``latent``) and a decoder ψ (two layers back up) map the
@@ -67,24 +57,10 @@ class AEInversionAttack(CheckedParams):
         "cpu": {"hidden": 512, "latent": 256, "epochs": 15, "context": False},
     }
 
-    hidden: PositiveInt = 512
+    # hidden, epochs, batch_size, lr (1e-3), weight_decay, context, patience, min_*_records: see the base.
     latent: PositiveInt = 256
-    epochs: PositiveInt = 20
-    batch_size: PositiveInt = 256
-    lr: PositiveFloat = 1e-3
-    weight_decay: NonNegativeFloat = 0.0
-    context: bool = True
-    patience: PositiveInt = 3
-    min_train_records: PositiveInt = 20
-    min_valid_records: PositiveInt = 5
 
-    _aux: AttackerData | None = field(default=None, init=False, repr=False)
-    _kind: str = field(default="", init=False, repr=False)
-    _net: Any = field(default=None, init=False, repr=False)
-    _mean: np.ndarray | None = field(default=None, init=False, repr=False)
-    _std: np.ndarray | None = field(default=None, init=False, repr=False)
     _prior: np.ndarray | None = field(default=None, init=False, repr=False)
-    _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def _reconstruct(self, feats: np.ndarray, units: Units, device: str) -> np.ndarray:
         """x̂ per unit from the released features (the prior mean for units with no released counterpart)."""
@@ -104,19 +80,12 @@ class AEInversionAttack(CheckedParams):
         """Privatize the attacker's records with ``defense`` and train the autoencoder on them."""
         import torch  # lazy (torch)
 
-        self._aux = aux
-        self._kind, train_views, valid_views = attacker_views(
-            aux, defense, ctx=ctx, attack=self.name, min_train=self.min_train_records, min_valid=self.min_valid_records)
+        train_views, valid_views, train_units, valid_units = self._attacker_data(aux, defense, ctx=ctx)
         space = embedding_space(ctx)
-        train_units, valid_units = units_of(train_views), units_of(valid_views)
-        if not train_units.aligned.any():
-            raise DataError(f"attack {self.name!r}: the attacker's released training data has no aligned regular "
-                            "tokens to learn from; raise data.attacker_train")
         x = features(train_views, ctx=ctx, context=self.context)[train_units.source[train_units.aligned]]
         valid_feats = features(valid_views, ctx=ctx, context=self.context)
         y = np.asarray(space.vectors[train_units.target_row[train_units.aligned]], dtype=np.float32)
-        self._mean = x.mean(axis=0, keepdims=True)
-        self._std = np.maximum(x.std(axis=0, keepdims=True), 1e-6)
+        self._standardise_with(x)
         self._prior = y.mean(axis=0)
         x = ((x - self._mean) / self._std).astype(np.float32)
         valid_targets = np.asarray(space.vectors[valid_units.target_row], dtype=np.float32)
@@ -133,8 +102,8 @@ class AEInversionAttack(CheckedParams):
                 err = self._reconstruct(valid_feats, valid_units, ctx.device) - valid_targets
                 return -float((err * err).sum(axis=1).mean())
 
-            outcome = fit_selected(self, self._net, x, y, criterion=torch.nn.functional.mse_loss,
-                                   valid_score=neg_valid_mse, seed=seed, device=ctx.device)
+            outcome = self._train(x, y, criterion=torch.nn.functional.mse_loss, valid_score=neg_valid_mse,
+                                  seed=seed, device=ctx.device)
         self._fit_details = {"release_kind": self._kind, "train_tokens": int(len(y)),
                              "valid_tokens": int(valid_units.source.size), "best_epoch": outcome.best_epoch,
                              "valid_mse_by_epoch": [round(-v, 5) for v in outcome.scores],
@@ -143,7 +112,7 @@ class AEInversionAttack(CheckedParams):
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Reconstruct every victim token embedding from its release; score MSE and NN accuracy."""
-        views, units = trained_victim_views(self, release, truth, ctx=ctx)
+        views, units = self._victim_views(release, truth, ctx=ctx)
         space = embedding_space(ctx)
         target = np.asarray(space.vectors[units.target_row], dtype=np.float32)
         rec = self._reconstruct(features(views, ctx=ctx, context=self.context), units, ctx.device)

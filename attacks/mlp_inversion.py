@@ -9,21 +9,11 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.errors import DataError
-from rapt_audit.api.params import CheckedParams, Dropout, NonNegativeFloat, PositiveFloat, PositiveInt
+from rapt_audit.api.params import Dropout, PositiveFloat, PositiveInt
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
-from rapt_audit.attacks._token_views import (
-    TokenView,
-    Units,
-    accuracy,
-    aligned_fraction,
-    attacker_views,
-    features,
-    fit_selected,
-    trained_victim_views,
-    units_of,
-)
+from rapt_audit.attacks._inversion import LearnedTokenInversion
+from rapt_audit.attacks._token_views import TokenView, Units, accuracy, aligned_fraction, features
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.pipeline.context import RunContext
@@ -33,7 +23,7 @@ _PREDICT_BATCH = 4096
 
 @ATTACKS.register("mlp_inversion", tags=("inversion", "learned"))
 @dataclass
-class MLPInversionAttack(CheckedParams):
+class MLPInversionAttack(LearnedTokenInversion):
     """MLP black-box token inversion (RAPT v3 §IV-A1 "MLP-based black-box attack"), adaptive.
 
     The adversary privatizes its own auxiliary records with the same defense (Kerckhoffs) and trains
@@ -73,24 +63,12 @@ class MLPInversionAttack(CheckedParams):
         "cpu": {"hidden": 512, "epochs": 8, "max_classes": 5000, "context": False, "patience": 2},
     }
 
-    hidden: PositiveInt = 512
-    dropout: Dropout = 0.2
-    epochs: PositiveInt = 20
-    batch_size: PositiveInt = 256
+    # hidden, epochs, batch_size, weight_decay, context, patience, min_*_records: see the base.
     lr: PositiveFloat = 3e-4
-    weight_decay: NonNegativeFloat = 0.0
+    dropout: Dropout = 0.2
     max_classes: PositiveInt = 10000
-    context: bool = True
     nn_head: bool = True
-    patience: PositiveInt = 3
-    min_train_records: PositiveInt = 20
-    min_valid_records: PositiveInt = 5
 
-    _aux: AttackerData | None = field(default=None, init=False, repr=False)
-    _kind: str = field(default="", init=False, repr=False)
-    _net: Any = field(default=None, init=False, repr=False)
-    _mean: np.ndarray | None = field(default=None, init=False, repr=False)
-    _std: np.ndarray | None = field(default=None, init=False, repr=False)
     _class_rows: np.ndarray | None = field(default=None, init=False, repr=False)
     _majority_row: int = field(default=-1, init=False, repr=False)
     _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -178,14 +156,8 @@ class MLPInversionAttack(CheckedParams):
         """Privatize the attacker's records with ``defense`` and train the MLP on them."""
         import torch  # lazy (torch)
 
-        self._aux = aux
-        self._kind, train_views, valid_views = attacker_views(
-            aux, defense, ctx=ctx, attack=self.name, min_train=self.min_train_records, min_valid=self.min_valid_records)
-        train_units, valid_units = units_of(train_views), units_of(valid_views)
+        train_views, valid_views, train_units, valid_units = self._attacker_data(aux, defense, ctx=ctx)
         targets = train_units.target_row[train_units.aligned]
-        if targets.size == 0:
-            raise DataError(f"attack {self.name!r}: the attacker's released training data has no aligned regular "
-                            "tokens to learn from; raise data.attacker_train")
         counts = Counter(targets.tolist())
         ranked = sorted(counts, key=lambda row: (-counts[row], row))[: int(self.max_classes)]
         self._class_rows = np.array(ranked, dtype=np.int64)
@@ -195,8 +167,7 @@ class MLPInversionAttack(CheckedParams):
         feats = features(train_views, ctx=ctx, context=self.context)
         keep = y >= 0
         x = feats[train_units.source[train_units.aligned]][keep]
-        self._mean = x.mean(axis=0, keepdims=True)
-        self._std = np.maximum(x.std(axis=0, keepdims=True), 1e-6)
+        self._standardise_with(x)
         x, y = self._inputs(train_views, train_units, ctx, feats)[keep], y[keep]
         valid_x = self._inputs(valid_views, valid_units, ctx)
         seed = ctx.seed_for("attack", self.name, "train")
@@ -221,8 +192,8 @@ class MLPInversionAttack(CheckedParams):
 
             if self.nn_head:  # the Gaussian scale is a poor likelihood for text releases: tune it first
                 scale = self._calibrate_scale(scale, valid_accuracy)
-            outcome = fit_selected(self, self._net, x, y, criterion=torch.nn.functional.cross_entropy,
-                                   valid_score=valid_accuracy, seed=seed, device=ctx.device)
+            outcome = self._train(x, y, criterion=torch.nn.functional.cross_entropy, valid_score=valid_accuracy,
+                                  seed=seed, device=ctx.device)
         self._fit_details = {
             "release_kind": self._kind, "classes": len(ranked), "train_tokens": int(len(y)),
             "train_tokens_outside_classes": int((~keep).sum()), "valid_tokens": int(valid_units.source.size),
@@ -234,7 +205,7 @@ class MLPInversionAttack(CheckedParams):
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Predict every victim token from its released representation; score against ``truth``."""
-        views, units = trained_victim_views(self, release, truth, ctx=ctx)
+        views, units = self._victim_views(release, truth, ctx=ctx)
         k = min(5, len(self._class_rows))
         guesses = self._guesses(views, units, ctx, k)
         rng = ctx.rng("attack", self.name)

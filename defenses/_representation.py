@@ -5,6 +5,8 @@
   dimension, drawn from a generator derived from each record's uid (so a record's release does not
   depend on which batch it was sent in, and a seed reproduces it exactly);
 * :func:`word_dropout` — DPNR's word dropout;
+* :class:`TaskClassifier` — the parameters and training of the MLP that DPNR and SnD score utility
+  with (trained on released victim-train vectors for a fixed number of epochs);
 * the sensitivity and attribute checks they share.
 
 The clean pooled vectors come from :mod:`rapt_audit.encoder.encode` and the scoring from
@@ -13,11 +15,13 @@ The clean pooled vectors come from :mod:`rapt_audit.encoder.encode` and the scor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
 
 import numpy as np
 
 from rapt_audit.api.errors import DataError
+from rapt_audit.api.params import CheckedParams, Dropout, PositiveFloat, PositiveInt
 from rapt_audit.api.types import Record
 from rapt_audit.mechanisms.noise import check_privacy_parameter, privatize_laplace
 
@@ -92,3 +96,33 @@ def datasets_with(attribute: str) -> list[str]:
     return known.get(attribute, ["none of the built-in datasets"])
 
 
+
+
+@dataclass
+class TaskClassifier(CheckedParams):
+    """Parameters of the utility classifier of DPNR and SnD, and its training (a base, not a plugin).
+
+    The classifier is an MLP (``hidden`` units, ``dropout``) trained with Adam (``lr``, batches of
+    ``batch_size``) for a **fixed** number of ``epochs`` on standardised released victim-train
+    vectors: no epoch is chosen on any split, so the utility protocol cannot peek at the test split.
+    """
+
+    #: Listed after the defense's own parameters (see :func:`rapt_audit.api.params.parameter_fields`).
+    parameter_group: ClassVar[str] = "task classifier"
+
+    hidden: PositiveInt = 256
+    dropout: Dropout = 0.4
+    lr: PositiveFloat = 1e-3
+    epochs: PositiveInt = 30
+    batch_size: PositiveInt = 64
+
+    def fit_task_classifier(self, x: np.ndarray, y: np.ndarray, *, n_classes: int, seed: int,
+                            device: str) -> Callable[[np.ndarray], np.ndarray]:
+        """Train on ``x`` standardised with its own statistics; return class probabilities for raw rows."""
+        from rapt_audit.defenses._adversarial import fit_classifier  # lazy (torch)
+
+        mean, std = x.mean(axis=0), x.std(axis=0) + 1e-6
+        model = fit_classifier((x - mean) / std, y, n_classes=n_classes, hidden=int(self.hidden),
+                               dropout=float(self.dropout), epochs=int(self.epochs), lr=float(self.lr),
+                               batch_size=int(self.batch_size), seed=seed, device=device)
+        return lambda rows: model.predict_proba((rows - mean) / std)

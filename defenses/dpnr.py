@@ -8,10 +8,16 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import PrivacyParameterError, UsageError
-from rapt_audit.api.params import Check, CheckedParams, Dropout, PositiveFloat, PositiveInt, Range
+from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release
-from rapt_audit.defenses._representation import check_sensitivity, laplace_rows, minmax_rows, word_dropout
+from rapt_audit.defenses._representation import (
+    TaskClassifier,
+    check_sensitivity,
+    laplace_rows,
+    minmax_rows,
+    word_dropout,
+)
 from rapt_audit.encoder.encode import cached_pooled
 from rapt_audit.mechanisms.noise import check_epsilon
 from rapt_audit.pipeline.context import RunContext
@@ -21,7 +27,7 @@ from rapt_audit.utility.probes import require_labels
 
 @DEFENSES.register("dpnr", tags=("representation", "laplace"))
 @dataclass
-class DpnrDefense(CheckedParams):
+class DpnrDefense(TaskClassifier):
     """DPNR (Lyu et al., Findings of EMNLP 2020): word dropout, then Laplace noise on the representation.
 
     Per text: each whitespace word is dropped independently with probability ``mu`` (fresh per
@@ -49,14 +55,9 @@ class DpnrDefense(CheckedParams):
     mu: Annotated[float, Range(0, 1, high_open=True, error=PrivacyParameterError,
                                note="the fraction of words dropped")] = 0.1
     sensitivity: Annotated[float, Check(check_sensitivity)] = 1.0
-    hidden: PositiveInt = 256
-    dropout: Dropout = 0.4
-    lr: PositiveFloat = 1e-3
-    epochs: PositiveInt = 30
-    batch_size: PositiveInt = 64
+    # hidden, dropout, lr, epochs, batch_size: the utility classifier's (see TaskClassifier).
 
     _classifier: Any = field(default=None, init=False, repr=False)
-    _scaler: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False)
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
 
     @property
@@ -96,18 +97,13 @@ class DpnrDefense(CheckedParams):
 
     def fit(self, train: Sequence[Record], *, ctx: RunContext) -> DpnrDefense:
         """Train the task classifier on released victim-train vectors (when the records have labels)."""
-        from rapt_audit.defenses._adversarial import fit_classifier  # lazy (torch)
         self._train, self._classifier = tuple(train), None
         if not self._train or any(r.label is None for r in self._train):
             return self  # nothing to learn for utility (e.g. Trustpilot); utility() says so
         y = require_labels(self._train, split="victim_train")
         x, _ = self._representations(self._train, ctx)
-        mean, std = x.mean(axis=0), x.std(axis=0) + 1e-6
-        self._scaler = (mean, std)
-        self._classifier = fit_classifier((x - mean) / std, y, n_classes=int(y.max()) + 1, hidden=int(self.hidden),
-                                          dropout=float(self.dropout), epochs=int(self.epochs), lr=float(self.lr),
-                                          batch_size=int(self.batch_size),
-                                          seed=ctx.seed_for("defense", self.name, "classifier"), device=ctx.device)
+        self._classifier = self.fit_task_classifier(x, y, n_classes=int(y.max()) + 1, device=ctx.device,
+                                                    seed=ctx.seed_for("defense", self.name, "classifier"))
         return self
 
     def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
@@ -117,6 +113,4 @@ class DpnrDefense(CheckedParams):
             require_labels(self._train, split="victim_train")  # raises the DataError that says why
             raise UsageError("dpnr: call fit(train, ctx=...) before utility")
         x, _ = self._representations(test, ctx)
-        mean, std = self._scaler
-        probs = self._classifier.predict_proba((x - mean) / std)
-        return classification_utility(probs, y_test, rng=ctx.rng("utility", self.name))
+        return classification_utility(self._classifier(x), y_test, rng=ctx.rng("utility", self.name))

@@ -9,10 +9,11 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
-from rapt_audit.api.params import Check, CheckedParams, Dropout, PositiveFloat, PositiveInt, Range
+from rapt_audit.api.params import Check, PositiveFloat, PositiveInt, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.data import load_dataset
+from rapt_audit.defenses._representation import TaskClassifier
 from rapt_audit.encoder.encode import cached_pooled, input_table, pooled_from_embeddings, token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.noise import check_eta
@@ -29,7 +30,7 @@ metric("embedding_cosine", "utility", True, "cosine similarity of the output emb
 
 @DEFENSES.register("snd", tags=("embeddings", "dchi", "denoise"))
 @dataclass
-class SndDefense(CheckedParams):
+class SndDefense(TaskClassifier):
     """Split-and-Denoise (Mai et al., ICML 2024): dχ-noised, norm-clipped token embeddings; client-side denoiser.
 
     Client: embeds each token (model tokenizer, no special tokens), adds dχ noise (one Gamma(d, 1/η)
@@ -78,10 +79,7 @@ class SndDefense(CheckedParams):
     max_tokens: PositiveInt = 64
     denoiser_epochs: PositiveInt = 20
     denoiser_lr: PositiveFloat = 5e-4
-    hidden: PositiveInt = 256
-    dropout: Dropout = 0.4
-    epochs: PositiveInt = 30
-    lr: PositiveFloat = 1e-3
+    # hidden, dropout, lr, epochs, batch_size: the utility classifier's (see TaskClassifier).
 
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
     _fit: Any = field(default=None, init=False, repr=False)
@@ -194,7 +192,6 @@ class SndDefense(CheckedParams):
 
     def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
         """MLP accuracy / macro-F1 / AUC with and without the denoiser, and MSE / cosine to the clean embedding."""
-        from rapt_audit.defenses._adversarial import fit_classifier  # lazy (torch)
         from rapt_audit.defenses._denoiser import cosine_rows, mse_rows  # lazy (torch)
         y_train = require_labels(self._train, split="victim_train")
         y_test = require_labels(test, split="victim_test")
@@ -203,13 +200,10 @@ class SndDefense(CheckedParams):
                  ".without_denoiser": (self.exchange(self._train, ctx=ctx).output, self.exchange(test, ctx=ctx).output)}
         out: dict[str, Estimate] = {}
         for suffix, (x_train, x_test) in views.items():
-            mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-6
-            model = fit_classifier((x_train - mean) / std, y_train, n_classes=int(max(y_train.max(), y_test.max())) + 1,
-                                   hidden=int(self.hidden), dropout=float(self.dropout), epochs=int(self.epochs),
-                                   lr=float(self.lr), seed=ctx.seed_for("defense", self.name, "classifier", suffix),
-                                   device=ctx.device)
-            out.update(classification_utility(model.predict_proba((x_test - mean) / std), y_test, rng=rng,
-                                              suffix=suffix))
+            probabilities = self.fit_task_classifier(
+                x_train, y_train, n_classes=int(max(y_train.max(), y_test.max())) + 1, device=ctx.device,
+                seed=ctx.seed_for("defense", self.name, "classifier", suffix))
+            out.update(classification_utility(probabilities(x_test), y_test, rng=rng, suffix=suffix))
         clean = cached_pooled(ctx, list(test), tag="clean")
         for label, (_, x_test) in zip(("denoised", "noisy"), views.values()):
             out[f"embedding_mse.{label}"] = bootstrap_mean(mse_rows(x_test, clean), rng=rng)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import numbers
 import types
@@ -33,12 +34,28 @@ _FALSE = {"false", "no", "off", "0"}
 _NONE = {"none", "null"}
 
 
-def plugin_fields(cls: type) -> dict[str, Any]:
-    """Init-field name → resolved type annotation of a plugin dataclass."""
+def parameter_fields(cls: type) -> list[dataclasses.Field]:
+    """A plugin dataclass's parameters (public init fields), those of parameter groups last.
+
+    Dataclasses list inherited fields first, so a defense that extends a parameter group (a base
+    that sets the class attribute ``parameter_group``, such as the task classifier of DPNR and SnD)
+    would show and record ``hidden`` before its privacy parameter. A field declared by a parameter
+    group (and not redeclared below it) is moved after the others; the order is otherwise kept.
+    """
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"plugin {cls!r} must be a dataclass")
+    owner: dict[str, type] = {}
+    for klass in cls.__mro__:
+        for name in inspect.get_annotations(klass):
+            owner.setdefault(name, klass)
+    fields = [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+    return sorted(fields, key=lambda f: "parameter_group" in vars(owner.get(f.name, cls)))
+
+
+def plugin_fields(cls: type) -> dict[str, Any]:
+    """Parameter name → resolved type annotation of a plugin dataclass, in :func:`parameter_fields` order."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    return {f.name: hints.get(f.name, Any) for f in parameter_fields(cls)}
 
 
 def _describe_type(tp: Any) -> str:
@@ -274,12 +291,8 @@ def make_plugin(registry: Registry[type], name: str, args: Mapping[str, Any] | N
 
 
 def get_params(obj: Any) -> dict[str, Any]:
-    """The init-field values of a plugin instance, as plain JSON-able values."""
-    out: dict[str, Any] = {}
-    for field in dataclasses.fields(obj):
-        if field.init and not field.name.startswith("_"):
-            out[field.name] = to_jsonable(getattr(obj, field.name))
-    return out
+    """The parameter values of a plugin instance, as plain JSON-able values (:func:`parameter_fields` order)."""
+    return {f.name: to_jsonable(getattr(obj, f.name)) for f in parameter_fields(type(obj))}
 
 
 def to_jsonable(value: Any) -> Any:

@@ -165,6 +165,6 @@ class Registry(Generic[T]):
 
 
 def describe(obj: Any) -> str:
-    """First line of a plugin's docstring (shown by ``rapt-audit ls``)."""
-    doc = (getattr(obj, "__doc__", None) or "").strip()
+    """A plugin's ``summary``, else the first line of its docstring (shown by ``rapt-audit ls``)."""
+    doc = (getattr(obj, "summary", None) or getattr(obj, "__doc__", None) or "").strip()
     return doc.splitlines()[0] if doc else ""

@@ -11,15 +11,23 @@ them). :func:`make_splits` then cuts four disjoint parts from it for one run:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.registry import Registry
 from rapt_audit.api.types import AttackerData, Record
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI
+    import tomli as tomllib
 
 #: Environment variable naming the data directory (``--data-dir`` takes precedence).
 DATA_ENV = "RAPT_AUDIT_DATA"
@@ -166,37 +174,60 @@ def fingerprint_files(paths: Sequence[Path]) -> str:
     return digest.hexdigest()
 
 
-def load_split_files(data_dir: Path | None, *, name: str, splits: Sequence[str], suffix: str,
-                     read: Callable[[Path, str], list[Record]], source: str, notes: Mapping[str, Any],
-                     **fields: Any) -> Dataset:
-    """A :class:`Dataset` of the split files ``<data_dir>/<name>/<split><suffix>``, read in ``splits`` order.
+@dataclass(frozen=True)
+class SplitFiles:
+    """A dataset kept as one file per split, ``<data_dir>/<name>/<split><suffix>``: a :data:`Loader`.
 
-    Every file is checked to exist before any is read, so a missing file fails fast. The records
-    of each split come from ``read(path, split)``, split after split; the fingerprint covers the
-    files' names and bytes.
-
-    Args:
-        data_dir: The data directory (``None``: a :class:`DataError` that says how to give one).
+    Attributes:
         name: The dataset's registry name, also its folder.
-        splits: The split files to read, in order.
-        suffix: The files' extension (``".tsv"``).
-        read: Parses one file into records with uids unique across splits.
-        source: Where the data comes from; `` from <folder>`` is appended.
-        notes: Notes recorded after ``split_counts`` (the records per split).
-        **fields: Further :class:`Dataset` fields (``label_names``, ``task``, ``entity_labels``...).
-
-    Raises:
-        DataError: when the data directory or a file is missing (and whatever ``read`` raises).
+        read: Parses one split file into records with uids unique across splits.
+        card: What ``catalog.toml`` says of the dataset (splits, suffix, summary, source, notes...).
     """
-    paths = [require_file(data_dir, f"{name}/{split}{suffix}", dataset=name) for split in splits]
-    records: list[Record] = []
-    counts: dict[str, int] = {}
-    for split, path in zip(splits, paths):
-        part = read(path, split)
-        counts[split] = len(part)
-        records.extend(part)
-    return Dataset(name=name, records=tuple(records), fingerprint=fingerprint_files(paths),
-                   source=f"{source} from {paths[0].parent}", notes={"split_counts": counts, **notes}, **fields)
+
+    name: str
+    read: Callable[[Path, str], list[Record]]
+    card: Mapping[str, Any]
+
+    @property
+    def summary(self) -> str:
+        """The catalog's one-line summary (what ``rapt-audit ls datasets`` shows)."""
+        return str(self.card["summary"])
+
+    def __call__(self, data_dir: Path | None) -> Dataset:
+        """Read every split file, in the catalog's order, into one :class:`Dataset`.
+
+        Every file is checked to exist before any is read, so a missing file fails fast. The
+        fingerprint covers the files' names and bytes; ``notes`` start with ``split_counts``.
+
+        Raises:
+            DataError: when the data directory or a file is missing (and whatever ``read`` raises).
+        """
+        card, splits = self.card, tuple(self.card["splits"])
+        paths = [require_file(data_dir, f"{self.name}/{split}{card['suffix']}", dataset=self.name) for split in splits]
+        records: list[Record] = []
+        counts: dict[str, int] = {}
+        for split, path in zip(splits, paths):
+            part = self.read(path, split)
+            counts[split] = len(part)
+            records.extend(part)
+        return Dataset(name=self.name, records=tuple(records), fingerprint=fingerprint_files(paths),
+                       source=f"{card['source']} from {paths[0].parent}", task=card.get("task", ""),
+                       label_names=tuple(card.get("label_names", ())),
+                       entity_labels=tuple(card.get("entity_labels", ())),
+                       notes={"split_counts": counts, **card.get("notes", {})})
+
+
+@functools.lru_cache(maxsize=1)
+def catalog() -> Mapping[str, Mapping[str, Any]]:
+    """``catalog.toml``: dataset name → what is known of a dataset kept as one file per split."""
+    return tomllib.loads(resources.files(__package__).joinpath("catalog.toml").read_text(encoding="utf-8"))
+
+
+def register_split_files(name: str, read: Callable[[Path, str], list[Record]]) -> SplitFiles:
+    """Register dataset ``name`` as ``catalog.toml`` describes it, its split files parsed by ``read``."""
+    loader = SplitFiles(name, read, catalog()[name])
+    DATASETS.add(name, loader, tags=tuple(loader.card["tags"]))
+    return loader
 
 
 #: Loader signature: ``loader(data_dir) -> Dataset``.

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record, Span
-from rapt_audit.data.base import DATASETS, Dataset, load_split_files
+from rapt_audit.data.base import catalog, register_split_files
 
-SPLITS = ("train", "valid", "test")
-ENTITY_LABELS = ("PER", "LOC", "ORG", "MISC")
+#: The gold entity types (catalog.toml), which the IOB2 tags of a split file must use.
+ENTITY_LABELS = tuple(catalog()["conll2003"]["entity_labels"])
 
 
 def sentence_record(uid: str, tokens: list[str], tags: list[str]) -> Record:
@@ -81,17 +81,4 @@ def read_split(path: Path, split: str) -> list[Record]:
     return records
 
 
-@DATASETS.register("conll2003", tags=("real", "ner"))
-def load(data_dir: Path | None) -> Dataset:
-    """CoNLL-2003 English train + valid + test sentences with gold entity spans (20,744 records).
-
-    Args:
-        data_dir: Directory holding ``conll2003/{train,valid,test}.txt``.
-    """
-    return load_split_files(
-        data_dir, name="conll2003", splits=SPLITS, suffix=".txt", read=read_split,
-        source="CoNLL-2003 English (IOB2) train/valid/test",
-        entity_labels=ENTITY_LABELS,
-        notes={"caveats": "Reuters RCV1 text, research use only; tags are IOB2 converted from the original "
-                          "IOB1; valid = eng.testa, test = eng.testb; text is tokens joined by single spaces"},
-    )
+register_split_files("conll2003", read_split)

@@ -11,10 +11,7 @@ from pathlib import Path
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record
-from rapt_audit.data.base import DATASETS, Dataset, load_split_files
-
-SPLITS = ("dev", "test")
-LABEL_NAMES = ("not_duplicate", "duplicate")
+from rapt_audit.data.base import register_split_files
 
 
 def read_split(path: Path, split: str) -> list[Record]:
@@ -36,18 +33,4 @@ def read_split(path: Path, split: str) -> list[Record]:
     return records
 
 
-@DATASETS.register("qqp", tags=("real", "task", "pair"))
-def load(data_dir: Path | None) -> Dataset:
-    """Quora question pairs, BiMPM dev + test (20,000 pairs, 50/50 duplicates).
-
-    Args:
-        data_dir: Directory holding ``qqp/dev.tsv`` and ``qqp/test.tsv``.
-    """
-    return load_split_files(
-        data_dir, name="qqp", splits=SPLITS, suffix=".tsv", read=read_split,
-        source="Quora Question Pairs, BiMPM dev + test split,",
-        label_names=LABEL_NAMES,
-        task="paraphrase detection (duplicate question pairs)",
-        notes={"caveats": "BiMPM subset, not GLUE QQP: CoreNLP-tokenised text and a label-balanced 50/50 "
-                          "split, so accuracy is not comparable to GLUE QQP numbers (about 37% duplicates)"},
-    )
+register_split_files("qqp", read_split)

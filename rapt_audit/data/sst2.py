@@ -12,10 +12,7 @@ from pathlib import Path
 
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import Record
-from rapt_audit.data.base import DATASETS, Dataset, load_split_files
-
-SPLITS = ("train", "dev")
-LABEL_NAMES = ("negative", "positive")
+from rapt_audit.data.base import register_split_files
 
 
 def read_split(path: Path, split: str) -> list[Record]:
@@ -40,19 +37,4 @@ def read_split(path: Path, split: str) -> list[Record]:
     return records
 
 
-@DATASETS.register("sst2", tags=("real", "task", "sentiment"))
-def load(data_dir: Path | None) -> Dataset:
-    """GLUE SST-2 train + dev (binary sentiment), 68,221 records.
-
-    Args:
-        data_dir: Directory holding ``sst2/train.tsv`` and ``sst2/dev.tsv``.
-    """
-    return load_split_files(
-        data_dir, name="sst2", splits=SPLITS, suffix=".tsv", read=read_split,
-        source="GLUE SST-2 train + dev",
-        label_names=LABEL_NAMES,
-        task="binary sentiment (SST-2)",
-        notes={"caveats": "text is lower-cased and PTB-tokenised; train rows include sub-sentence phrases "
-                          "and duplicates; GLUE test labels are hidden so dev is the evaluation split; "
-                          "the GLUE trailing space before the tab is removed"},
-    )
+register_split_files("sst2", read_split)

@@ -15,9 +15,8 @@ import re
 from pathlib import Path
 
 from rapt_audit.api.types import Record
-from rapt_audit.data.base import DATASETS, Dataset, load_split_files
+from rapt_audit.data.base import register_split_files
 
-SPLITS = ("valid", "test")
 _HEADING = re.compile(r"^ ?(= )+.*?( =)+ ?$")
 # A '"' right after the end token is taken as a closing quote and stays with its sentence.
 _SENTENCE_END = re.compile(r'(?<= [.?!]) (?=[A-Z0-9<])|(?<= [.?!] ") (?=[A-Z0-9<])')
@@ -39,17 +38,4 @@ def read_split(path: Path, split: str) -> list[Record]:
     return records
 
 
-@DATASETS.register("wikitext2", tags=("real", "public"))
-def load(data_dir: Path | None) -> Dataset:
-    """WikiText-2 valid + test paragraphs split into sentences (public text, no labels).
-
-    Args:
-        data_dir: Directory holding ``wikitext2/valid.txt`` and ``wikitext2/test.txt``.
-    """
-    return load_split_files(
-        data_dir, name="wikitext2", splits=SPLITS, suffix=".txt", read=read_split,
-        source="WikiText-2 (tokenised v1) valid + test",
-        notes={"unit": "sentence",
-               "caveats": "tokenised text with <unk> and @-@ markers; train split missing (valid + test only, "
-                          "about 455k tokens); public Wikipedia text (CC BY-SA 3.0), not private data"},
-    )
+register_split_files("wikitext2", read_split)

@@ -1,0 +1,127 @@
+"""What the learned token-inversion attacks (MLP, autoencoder) share: parameters, data, training.
+
+Both attacks are adaptive (Kerckhoffs): the adversary privatizes its own auxiliary records with the
+same defense, learns a map from what was released for a token to what the token was, and selects
+the epoch on its own validation records — never on the victim's. :class:`LearnedTokenInversion`
+holds the parameters this takes and the three steps that do not depend on the network:
+
+* :meth:`~LearnedTokenInversion._attacker_data` — the attacker's train / valid records released
+  through the defense, as token views and units;
+* :meth:`~LearnedTokenInversion._train` — the one training loop
+  (:func:`rapt_audit.utility.training.fit`) with early stopping on attacker-valid data;
+* :meth:`~LearnedTokenInversion._victim_views` — the victim release as views, after checking that
+  the attack was fitted, that the data are disjoint and that the release is of the trained kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat, PositiveInt
+from rapt_audit.api.types import AttackerData, Record, Release, Skip
+from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
+from rapt_audit.attacks._token_views import TokenView, Units, build_views, release_kind, units_of, views_for
+from rapt_audit.utility.training import EarlyStopping, TrainOutcome, adam, fit, shuffled, supervised_loss
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rapt_audit.pipeline.context import RunContext
+
+
+@dataclass
+class LearnedTokenInversion(CheckedParams):
+    """Parameters and shared steps of a learned, adaptive token-inversion attack (a base, not a plugin).
+
+    Attributes:
+        hidden: Width of the network's hidden layers.
+        epochs: Most training epochs (the best one on attacker-valid data is kept).
+        batch_size: Tokens per training step.
+        lr: Adam's learning rate.
+        weight_decay: Adam's weight decay.
+        context: Append the frozen encoder's contextual state to each token's released vector.
+        patience: Epochs without a better attacker-valid score before training stops.
+        min_train_records: Fewest attacker-train records the attack accepts.
+        min_valid_records: Fewest attacker-valid records the attack accepts.
+    """
+
+    hidden: PositiveInt = 512
+    epochs: PositiveInt = 20
+    batch_size: PositiveInt = 256
+    lr: PositiveFloat = 1e-3
+    weight_decay: NonNegativeFloat = 0.0
+    context: bool = True
+    patience: PositiveInt = 3
+    min_train_records: PositiveInt = 20
+    min_valid_records: PositiveInt = 5
+
+    _aux: AttackerData | None = field(default=None, init=False, repr=False)
+    _kind: str = field(default="", init=False, repr=False)
+    _net: Any = field(default=None, init=False, repr=False)
+    _mean: np.ndarray | None = field(default=None, init=False, repr=False)
+    _std: np.ndarray | None = field(default=None, init=False, repr=False)
+    _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def _attacker_data(self, aux: AttackerData, defense: Any, *, ctx: RunContext
+                       ) -> tuple[list[TokenView], list[TokenView], Units, Units]:
+        """The attacker's train and valid records released through ``defense``: views, then units.
+
+        Remembers ``aux`` (to check disjointness from the victim later) and the release kind.
+
+        Raises:
+            Skip: when the defense releases nothing token-level (before any work).
+            DataError: when the attacker has too few records, or no aligned regular token to learn from.
+        """
+        release_kind(frozenset(getattr(defense, "exposes", frozenset())), attack=self.name)
+        require_size(aux.train, self.min_train_records, attack=self.name, what="attacker-train")
+        require_size(aux.valid, self.min_valid_records, attack=self.name, what="attacker-valid")
+        train_release = adaptive_release(defense, aux.train, ctx=ctx)
+        valid_release = adaptive_release(defense, aux.valid, ctx=ctx)
+        self._aux, self._kind = aux, release_kind(train_release.kinds, attack=self.name)
+        train_views = build_views(train_release, aux.train, ctx=ctx, kind=self._kind)
+        valid_views = build_views(valid_release, aux.valid, ctx=ctx, kind=self._kind)
+        train_units = units_of(train_views)
+        if not train_units.aligned.any():
+            raise DataError(f"attack {self.name!r}: the attacker's released training data has no aligned regular "
+                            "tokens to learn from; raise data.attacker_train")
+        return train_views, valid_views, train_units, units_of(valid_views)
+
+    def _standardise_with(self, x: np.ndarray) -> None:
+        """Keep ``x``'s per-feature mean and standard deviation (floored at 1e-6) to standardise inputs."""
+        self._mean = x.mean(axis=0, keepdims=True)
+        self._std = np.maximum(x.std(axis=0, keepdims=True), 1e-6)
+
+    def _train(self, x: np.ndarray, y: np.ndarray, *, criterion: Callable[[Any, Any], Any],
+               valid_score: Callable[[Any], float], seed: int, device: str) -> TrainOutcome:
+        """Train ``self._net`` with epoch selection on the attacker's validation data.
+
+        Adam with ``lr`` and ``weight_decay``, batches of ``batch_size`` in an order seeded by ``seed``
+        (initialisation is seeded by the caller), at most ``epochs`` epochs with ``patience``.
+        ``valid_score(net)`` is maximised and reads attacker-valid data only (never the victim's
+        records). The untrained network (epoch 0) is a candidate too, so a model that never beats its
+        initialisation on validation data is reported as such instead of overfitting.
+        """
+        net = self._net
+        return fit(net, loss=supervised_loss(net, x, y, criterion, device=device),
+                   batches=shuffled(len(x), int(self.batch_size), rng=np.random.default_rng(seed)),
+                   optimizer=adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay, fused=True),
+                   stop=EarlyStopping(int(self.epochs), valid_score, patience=int(self.patience), untrained=True))
+
+    def _victim_views(self, release: Release, truth: Sequence[Record], *, ctx: RunContext
+                      ) -> tuple[list[TokenView], Units]:
+        """Views and units of the victim release.
+
+        Raises:
+            UsageError: when :meth:`fit` has not run.
+            Skip: when the release is not of the kind the attack was trained on.
+        """
+        if self._aux is None or self._net is None:
+            raise UsageError(f"{self.name}: call fit(aux, defense, ctx=...) before attack")
+        check_disjoint(self._aux, truth)
+        kind = release_kind(release.kinds, attack=self.name)
+        if kind != self._kind:
+            raise Skip(f"{self.name} was trained on {self._kind} releases but the victim release holds {kind}")
+        _, views = views_for(release, truth, ctx=ctx, attack=self.name, supported=(kind,))
+        return views, units_of(views)
