@@ -109,7 +109,13 @@ class TextDefense(CheckedParams):
         self._train = tuple(train)
         return self
 
-    def _privatize_records(self, records: Sequence[Record], ctx: RunContext) -> tuple[list[str], ReplacementCount]:
+    def privatize_records(self, records: Sequence[Record], ctx: RunContext) -> tuple[list[str], ReplacementCount]:
+        """The released texts of ``records`` (pairs and any public prefix included) and what was replaced.
+
+        The noise is drawn from a generator keyed by the records' uids, so the same records give the
+        same release within a run; the last few releases are memoised (fit, utility and release
+        privatize the same splits).
+        """
         key = uid_key(records)
         if key not in self._released:
             rng = ctx.rng("release", self.name, key)
@@ -127,7 +133,7 @@ class TextDefense(CheckedParams):
 
     def release(self, records: Sequence[Record], *, ctx: RunContext) -> Release:
         """The privatized texts (deterministic for a given run seed and set of records)."""
-        texts, count = self._privatize_records(records, ctx)
+        texts, count = self.privatize_records(records, ctx)
         eta = self.effective_eta(ctx)
         meta = {"mechanism": self.name, "eta": "inf" if math.isinf(eta) else eta,
                 "observed_replacement": None if math.isnan(count.rate) else count.rate,
@@ -148,8 +154,8 @@ class TextDefense(CheckedParams):
         """
         y_train = require_labels(self._train, split="victim_train")
         y_test = require_labels(test, split="victim_test")
-        train_texts, _ = self._privatize_records(self._train, ctx)
-        test_texts, _ = self._privatize_records(test, ctx)
+        train_texts, _ = self.privatize_records(self._train, ctx)
+        test_texts, _ = self.privatize_records(test, ctx)
         if self.method == "bow":
             return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", self.name))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Sequence
 
@@ -13,6 +14,7 @@ from rapt_audit.defenses._text import TextDefense
 from rapt_audit.mechanisms.calibration import ReplacementCount
 from rapt_audit.mechanisms.engines import tagger, word_engine
 from rapt_audit.mechanisms.pos import DEFAULT_CATEGORIES, TaggedWord, category_of, resolve_categories, tag_texts
+from rapt_audit.mechanisms.privatize import normalize_word
 from rapt_audit.pipeline.context import RunContext
 
 
@@ -40,6 +42,7 @@ class PCT2TDefense(TextDefense):
         tagged = tag_texts(tagger(ctx), texts)
         selected = set(self.categories)
         words, groups, where = [], [], []
+        passed: Counter[str] = Counter()  # words released in the clear, by category
         for t, sentence in enumerate(tagged):
             for w, word in enumerate(sentence):
                 category = category_of(word.upos)
@@ -47,10 +50,17 @@ class PCT2TDefense(TextDefense):
                     words.append(word.text)
                     groups.append(category)
                     where.append((t, w))
+                elif not word.text.isspace():
+                    passed[category] += 1
         released, count = word_engine(ctx, "pos").privatize_words(words, groups, eta=eta, rng=rng)
         out = [[word.text for word in sentence] for sentence in tagged]
-        for (t, w), new in zip(where, released):
+        for (t, w), new, original, category in zip(where, released, words, groups):
             out[t][w] = new
+            # Released tokens are normalised vocabulary words; at eta = inf the word itself comes back.
+            count.count_category(category, perturbed=1, replaced=new not in (original, normalize_word(original)))
+        for category, n in passed.items():
+            count.count_category(category, passed=n)
+        count.passed += sum(passed.values())
         return tagged, out, count
 
     def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,

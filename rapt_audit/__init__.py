@@ -5,6 +5,9 @@ The public API is small and cheap to import (no torch until a plugin needs it)::
     from rapt_audit import RunConfig, run
     result = run(RunConfig(defense="identity", attacks="all", dataset="synthetic", profile="smoke"))
 
+    from rapt_audit import privatize                # the user's side: run a defense on one's own text
+    texts, record = privatize(["my rent is due on friday"], "pct2t", eta=75, seed=1)
+
 The package is layered (see ARCHITECTURE.md); this module only re-exports the public names.
 """
 
@@ -14,6 +17,7 @@ from rapt_audit.api.types import Attack, AttackerData, AttackResult, Defense, Es
 from rapt_audit.api.version import __version__
 from rapt_audit.pipeline.config import RunConfig, build_config
 from rapt_audit.pipeline.runner import run
+from rapt_audit.pipeline.user_side import Privatizer, privatize
 
-__all__ = ["Attack", "AttackResult", "AttackerData", "Defense", "Estimate", "Record", "Release", "RunConfig",
-           "Skip", "Span", "__version__", "build_config", "run"]
+__all__ = ["Attack", "AttackResult", "AttackerData", "Defense", "Estimate", "Privatizer", "Record", "Release",
+           "RunConfig", "Skip", "Span", "__version__", "build_config", "privatize", "run"]

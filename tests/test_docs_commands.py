@@ -11,6 +11,7 @@ entry point (``rapt_audit.cli:main``):
 * ``report``, ``leaderboard``, ``check`` and ``ls`` for real, on stored results built at the
   documented paths (``FIXTURES``).
 * ``calibrate`` for real at the smoke profile (it loads the model).
+* ``privatize`` for real, on small input files written at the documented paths.
 
 Commands documented for a real dataset are skipped, with the reason, when ``RAPT_AUDIT_DATA`` does
 not name a data directory (CI sets it). The other lines of the README's shell blocks (the bootstrap
@@ -58,6 +59,12 @@ FIXTURES: dict[str, Callable[[Path], object]] = {
     "runs/t2t-eta": t2t_sweep,  # the documented η sweep of t2t, as result files (invented numbers)
     "runs/ci-gate": _ci_gate,
     "baselines/ci-smoke.json": lambda path: shutil.copyfile(REPO / "baselines" / "ci-smoke.json", path),
+    # The user's own input files of the documented privatize commands.
+    "notes.txt": lambda path: path.write_text("My landlord John raised the rent.\nI see my doctor on Friday.\n",
+                                              encoding="utf-8"),
+    "reviews.jsonl": lambda path: path.write_text('{"id": 1, "body": "Great food, rude staff in Leeds."}\n',
+                                                  encoding="utf-8"),
+    "reviews.csv": lambda path: path.write_text('id,review\n1,"Great food, rude staff in Leeds."\n', encoding="utf-8"),
 }
 
 #: What is appended to documented commands to keep them cheap (argparse and --set: the last value wins).

@@ -9,6 +9,8 @@ import re
 import types
 import warnings
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -143,6 +145,33 @@ def test_embedding_space_shared_per_run(ctx, minilm):
     ctx.shared(("encoder", ctx.model, ctx.device), lambda: minilm)  # reuse the loaded model
     first = embedding_space(ctx)
     assert embedding_space(ctx) is first and len(first.tokens) == 29523
+
+
+def test_warm_space_is_read_without_the_encoder(space, cache_dir, monkeypatch):
+    """A warm cache serves the run's space by weights fingerprint alone: the encoder is never loaded."""
+    from rapt_audit.encoder.vocab import embedding_space
+    from rapt_audit.pipeline.context import RunContext
+
+    ctx = RunContext(cache_dir=cache_dir)
+    monkeypatch.setattr(RunContext, "encoder", lambda self: pytest.fail("the encoder was loaded"))
+    warm = embedding_space(ctx)
+    assert warm.tokens == space.tokens
+    np.testing.assert_array_equal(warm.all_vectors, space.all_vectors)
+
+
+def test_fast_tokenizer_matches_the_hugging_face_tokenizer(minilm):
+    """The engines' tokenizer (tokenizer.json, no transformers) gives the model tokenizer's ids and strings."""
+    from rapt_audit.data import load_dataset
+    from rapt_audit.encoder.models import FastTokenizer, resolve_model_path
+
+    fast = FastTokenizer(Path(resolve_model_path("minilm")) / "tokenizer.json")
+    texts = [r.text for r in load_dataset("synthetic").records[:300]]
+    texts += ["Ünïcödé café — naïve 😀 [MASK] [UNK] ##ing   spaces\ttab", "", "  ", "e-mail: a.b@c.de, 3.14%!"]
+    ids = fast(texts, add_special_tokens=False)["input_ids"]
+    assert ids == list(minilm.tokenizer(texts, add_special_tokens=False)["input_ids"])
+    for row in ids[:50] + ids[-4:]:
+        pieces = minilm.tokenizer.convert_ids_to_tokens(row)
+        assert fast.convert_tokens_to_string(pieces) == minilm.tokenizer.convert_tokens_to_string(pieces)
 
 
 def _fake_model(matrix: np.ndarray, vocab: dict[str, int], specials: list[int]):

@@ -17,8 +17,7 @@ from rapt_audit.mechanisms.calibration import RAPT_TABLE_III, find_eta, plausibl
 from rapt_audit.mechanisms.engines import token_engine
 from rapt_audit.mechanisms.noise import check_eta
 from rapt_audit.mechanisms.privatize import decode_noisy
-from rapt_audit.pipeline.context import RunContext
-from rapt_audit.pipeline.runner import _cache_dir
+from rapt_audit.pipeline.context import RunContext, default_cache_dir
 
 #: Perturbations per token for plausible deniability (Qu et al. use 1,000) and tokens sampled.
 DENIABILITY = {"smoke": (100, 50), "cpu": (1000, 300), "paper": (1000, None)}
@@ -52,7 +51,7 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     for eta in etas:
         check_eta(eta)
     ctx = RunContext(seed=args.seed, profile=args.profile, device="cpu", model=args.model,
-                     cache_dir=_cache_dir(), data_dir=args.data_dir)
+                     cache_dir=default_cache_dir(), data_dir=args.data_dir)
     corpus, texts = public_corpus(ctx)
 
     def counter(eta: float, rng: np.random.Generator):  # noqa: ANN202

@@ -98,6 +98,49 @@ def weights_fingerprint(path: str) -> str:
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=8)
+def model_fingerprint(spec: str) -> str:
+    """The weights fingerprint of ``spec`` without loading the model (hashed once per process)."""
+    return weights_fingerprint(resolve_model_path(spec))
+
+
+class FastTokenizer:
+    """The model's own fast (Rust) tokenizer read straight from its ``tokenizer.json``.
+
+    The two calls the privatization engines make, with the results of the Hugging Face wrapper
+    (``PreTrainedTokenizerFast`` runs this same backend for them), without importing transformers
+    or loading the encoder: that is most of a user's set-up time (``rapt-audit privatize``).
+    ``tests/test_vocab_nn.py`` checks that both give the same ids and strings.
+    """
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer  # lazy (tokenizers)
+
+        self.backend = Tokenizer.from_file(str(path))
+        self.backend.no_truncation()
+        self.backend.no_padding()
+
+    def __call__(self, texts: list[str], add_special_tokens: bool = True) -> dict[str, list[list[int]]]:
+        """``{"input_ids": [ids of each text]}``, as the Hugging Face tokenizer returns them."""
+        encodings = self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
+        return {"input_ids": [encoding.ids for encoding in encodings]}
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        """The text of a token sequence (the model's decoder: WordPiece joins ``##`` pieces)."""
+        return self.backend.decoder.decode(list(tokens))
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(spec: str) -> Any:
+    """The tokenizer of ``spec``: :class:`FastTokenizer` where the model ships a ``tokenizer.json``
+    (no transformers import), else the Hugging Face tokenizer of the loaded model."""
+    path = resolve_model_path(spec)
+    file = Path(path) / "tokenizer.json"
+    if file.is_file():
+        return FastTokenizer(file)
+    return load_model(spec).tokenizer
+
+
 def resolve_device(device: str) -> str:
     """``auto`` → ``cuda`` when available, else ``cpu``; ``cuda`` without a GPU is an error."""
     if device not in {"auto", "cpu", "cuda"}:

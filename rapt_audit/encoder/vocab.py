@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from rapt_audit.api.files import write_atomic, write_text_atomic
+from rapt_audit.encoder.models import model_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.encoder.models import LoadedModel
@@ -190,31 +191,34 @@ def _save(space: EmbeddingSpace, cache_dir: Path) -> None:
     write_text_atomic(json_path, json.dumps(meta))
 
 
-def _load(cache_dir: Path, model: LoadedModel) -> EmbeddingSpace | None:
-    """The cached space, or None when it is missing, stale or inconsistent (then it is rebuilt)."""
-    npz_path, json_path = _cache_paths(cache_dir, model.fingerprint)
+def _load(cache_dir: Path, fingerprint: str) -> EmbeddingSpace | None:
+    """The cached space of the weights ``fingerprint``, or None when it is missing, stale or inconsistent.
+
+    The model itself is not needed (nor loaded): the fingerprint ties the cache to the weights.
+    """
+    npz_path, json_path = _cache_paths(cache_dir, fingerprint)
     try:
         meta = json.loads(json_path.read_text(encoding="utf-8"))
         with np.load(npz_path, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError):
         return None
     tokens = tuple(meta.get("tokens", ()))
-    ids = arrays.get("token_ids")
-    if (meta.get("format") != FORMAT_VERSION or meta.get("fingerprint") != model.fingerprint
+    ids, all_vectors = arrays.get("token_ids"), arrays.get("all_vectors")
+    if (meta.get("format") != FORMAT_VERSION or meta.get("fingerprint") != fingerprint
             or arrays.get("nonce", np.empty(0, np.uint8)).tobytes().decode("ascii", "replace") != meta.get("nonce")
-            or ids is None or ids.shape != (len(tokens),)
-            or arrays["all_vectors"].shape != tuple(model.model.get_input_embeddings().weight.shape)):
+            or ids is None or all_vectors is None or all_vectors.ndim != 2 or ids.shape != (len(tokens),)
+            or (ids.size and (ids.min() < 0 or ids.max() >= all_vectors.shape[0]))
+            or arrays.get("is_continuation", np.empty(0)).shape != ids.shape):
         return None
-    all_vectors = arrays["all_vectors"]
-    return EmbeddingSpace(model.fingerprint, tokens, ids, np.ascontiguousarray(all_vectors[ids]),
+    return EmbeddingSpace(fingerprint, tokens, ids, np.ascontiguousarray(all_vectors[ids]),
                           arrays["is_continuation"], frozenset(arrays["excluded_ids"].tolist()),
                           meta.get("unk_id"), all_vectors)
 
 
 def load_embedding_space(model: LoadedModel, *, cache_dir: Path) -> EmbeddingSpace:
     """The model's embedding space from the disk cache, built (and cached) on a miss."""
-    space = _load(cache_dir, model)
+    space = _load(cache_dir, model.fingerprint)
     if space is None:
         space = build_embedding_space(model)
         _save(space, cache_dir)
@@ -222,6 +226,14 @@ def load_embedding_space(model: LoadedModel, *, cache_dir: Path) -> EmbeddingSpa
 
 
 def embedding_space(ctx: RunContext) -> EmbeddingSpace:
-    """The run's embedding space, built once per run (and once per model on disk)."""
-    return ctx.shared(("embedding_space", ctx.model),
-                      lambda: load_embedding_space(ctx.encoder(), cache_dir=ctx.cache_dir))
+    """The run's embedding space, built once per run (and once per model on disk).
+
+    A warm cache is read without loading the encoder (or importing transformers), which keeps the
+    user's set-up short; only a miss loads the model to build it.
+    """
+
+    def build() -> EmbeddingSpace:
+        cached = _load(ctx.cache_dir, model_fingerprint(ctx.model))
+        return cached if cached is not None else load_embedding_space(ctx.encoder(), cache_dir=ctx.cache_dir)
+
+    return ctx.shared(("embedding_space", ctx.model), build)

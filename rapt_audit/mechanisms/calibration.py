@@ -15,7 +15,7 @@ probability moves smoothly with η.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -27,17 +27,38 @@ from rapt_audit.scoring.stats import wilson
 
 @dataclass
 class ReplacementCount:
-    """How many privatized units changed (the RAPT Table III word-replacement measure)."""
+    """How many privatized units changed (the RAPT Table III word-replacement measure).
+
+    Attributes:
+        perturbed: Units that went through the mechanism.
+        replaced: Perturbed units released as a different unit.
+        dropped: Units removed from the release (``unk_policy=drop``).
+        passed: Units released as they were without going through the mechanism (PCT2T's words
+            outside the selected categories): they are sent in the clear.
+        by_category: Category → ``{"perturbed", "replaced", "passed"}`` counts, where the mechanism
+            knows categories (PCT2T and RAPT: POS categories).
+    """
 
     perturbed: int = 0
     replaced: int = 0
     dropped: int = 0
+    passed: int = 0
+    by_category: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, other: ReplacementCount) -> None:
         """Accumulate another count into this one."""
         self.perturbed += other.perturbed
         self.replaced += other.replaced
         self.dropped += other.dropped
+        self.passed += other.passed
+        for category, counts in other.by_category.items():
+            self.count_category(category, **counts)
+
+    def count_category(self, category: str, **counts: int) -> None:
+        """Add ``counts`` (``perturbed=``, ``replaced=``, ``passed=``) to ``category``'s counts."""
+        mine = self.by_category.setdefault(category, {"perturbed": 0, "replaced": 0, "passed": 0})
+        for key, value in counts.items():
+            mine[key] += int(value)
 
     @property
     def rate(self) -> float:

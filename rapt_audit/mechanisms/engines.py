@@ -25,7 +25,7 @@ def token_engine(ctx: RunContext) -> TokenEngine:
     """Token-level T2T over the model's regular vocabulary."""
 
     def build() -> TokenEngine:
-        return TokenEngine(embedding_space(ctx), ctx.encoder().tokenizer, vocabulary_index(ctx))
+        return TokenEngine(embedding_space(ctx), ctx.tokenizer(), vocabulary_index(ctx))
 
     return ctx.shared(("token_engine", ctx.model), build)
 
@@ -60,6 +60,6 @@ def word_engine(ctx: RunContext, grouping: str) -> WordEngine:
         def index_for(group: str):  # noqa: ANN202
             return nearest_index(ctx, f"{grouping}:{group}", space.vectors[groups[group]])
 
-        return WordEngine(space, ctx.encoder().tokenizer, groups, index_for)
+        return WordEngine(space, ctx.tokenizer(), groups, index_for)
 
     return ctx.shared(("word_engine", ctx.model, grouping), build)

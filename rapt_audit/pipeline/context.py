@@ -8,12 +8,13 @@ per run however many defenses and attacks use it.
 
 from __future__ import annotations
 
+import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from rapt_audit.encoder.models import load_model
+from rapt_audit.encoder.models import load_model, load_tokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -24,6 +25,11 @@ T = TypeVar("T")
 
 #: Profiles trade fidelity for cost (DESIGN.md §7).
 PROFILES = ("smoke", "cpu", "paper")
+
+
+def default_cache_dir() -> Path:
+    """Where expensive intermediate results are cached: ``$RAPT_AUDIT_CACHE``, else ``~/.cache/rapt-audit``."""
+    return Path(os.environ.get("RAPT_AUDIT_CACHE", Path.home() / ".cache" / "rapt-audit")).expanduser()
 
 
 def derive_seed(seed: int, *key: object) -> int:
@@ -77,6 +83,10 @@ class RunContext:
         if key not in self._memo:
             self._memo[key] = factory()
         return self._memo[key]
+
+    def tokenizer(self) -> Any:
+        """The model's tokenizer, without loading the encoder where the model ships a ``tokenizer.json``."""
+        return self.shared(("tokenizer", self.model), lambda: load_tokenizer(self.model))
 
     def encoder(self) -> LoadedModel:
         """The run's pretrained encoder and tokenizer, loaded once per process (offline) and shared.

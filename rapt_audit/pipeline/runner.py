@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import functools
-import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,10 +24,10 @@ from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.types import AttackResult, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
-from rapt_audit.encoder.models import resolve_device, resolve_model_path, weights_fingerprint
+from rapt_audit.encoder.models import model_fingerprint, resolve_device
 from rapt_audit.pipeline.cache import cached_defense
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
-from rapt_audit.pipeline.context import RunContext, derive_seed
+from rapt_audit.pipeline.context import RunContext, default_cache_dir, derive_seed
 from rapt_audit.pipeline.results import (
     RESULT_FILE,
     SYNTHETIC_WARNING,
@@ -118,15 +116,6 @@ def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
     return None
 
 
-@functools.lru_cache(maxsize=8)
-def _model_fingerprint(spec: str) -> str:
-    return weights_fingerprint(resolve_model_path(spec))
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("RAPT_AUDIT_CACHE", Path.home() / ".cache" / "rapt-audit")).expanduser()
-
-
 def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) -> RunResult:
     """Run one audit and write its result file.
 
@@ -149,7 +138,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     timings: dict[str, float] = {}
 
     ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
-                     model=config.model, cache_dir=_cache_dir(), progress=progress, data_dir=config.data_dir)
+                     model=config.model, cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir)
     dataset, splits = checked.dataset, checked.splits
     warnings = [SYNTHETIC_WARNING] if dataset.synthetic else []
     say(f"dataset {dataset.name}: " + ", ".join(f"{k}={v}" for k, v in splits.sizes().items()))
@@ -176,7 +165,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     # Built after fit and utility: the key holds what they depended on (calibrated η, customization).
     cached = cached_defense(defense, ctx=ctx, enabled=config.release_cache, fit_records=splits.victim_train,
                             utility_records=splits.victim_test if dataset.has_labels else None,
-                            model_fingerprint=_model_fingerprint(config.model))
+                            model_fingerprint=model_fingerprint(config.model))
     release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
     victim_release = cached.last
     bar.update(1)
@@ -196,7 +185,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     bar.close()
     env = environment()
     env.update({"seed": config.seed, "device": ctx.device, "model": config.model,
-                "model_fingerprint": _model_fingerprint(config.model), "data_fingerprint": dataset.fingerprint,
+                "model_fingerprint": model_fingerprint(config.model), "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings,
                 "release_cache": {"victim_test": victim_release, **cached.report()}})

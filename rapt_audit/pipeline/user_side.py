@@ -1,0 +1,190 @@
+"""The user's side: privatize one's own texts with any defense, streaming, and say what was done.
+
+An audit tells the user which defense and which η leave how much private information exposed;
+:class:`Privatizer` is what they then run on their own device. It privatizes through the very
+method the audit attacked (a text defense's ``privatize_records``, any other defense's
+``release``), so what a user deploys is what was measured.
+
+Records are privatized in batches (a few hundred texts, or about 100,000 characters, whichever
+comes first); each batch draws its noise from a generator keyed by the run seed and the records'
+positions, so the same input, seed and batch settings give the same output on every machine.
+A text longer than ``max_segment`` characters is cut at whitespace into segments that are
+privatized as separate texts and joined by one space (the embedding defenses concatenate their
+token vectors): a 10 MB line streams like many short ones. Defenses that release one vector per
+text (DPNR, SnD's server output, CAPE) are not segmented; the encoder reads at most its maximum
+length of tokens of a text anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.params import get_params, make_plugin
+from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.api.types import Record
+from rapt_audit.api.version import __version__
+from rapt_audit.encoder.models import resolve_device
+from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.pipeline.context import RunContext, default_cache_dir
+
+#: What the user's device sends, by preference: the text itself, else token vectors, else one vector.
+USER_KINDS = ("texts", "token_embeddings", "sequence_embeddings")
+_COUNT_KEYS = ("perturbed", "replaced", "dropped", "passed")
+_SPLIT_AT = re.compile(r"\s+")
+
+
+def segments_of(text: str, max_segment: int) -> list[str]:
+    """``text`` cut at whitespace into pieces of at most ``max_segment`` characters (a longer word is cut)."""
+    if len(text) <= max_segment:
+        return [text]
+    pieces, start = [], 0
+    while start < len(text):
+        stop = min(len(text), start + max_segment)
+        if stop < len(text):
+            space = max(text.rfind(" ", start, stop), text.rfind("\n", start, stop), text.rfind("\t", start, stop))
+            stop = space if space > start else stop
+        pieces.append(text[start:stop])
+        start = stop
+        while start < len(text) and text[start].isspace():
+            start += 1
+    return pieces
+
+
+@dataclass
+class Privatizer:
+    """A defense set up on the user's device, ready to privatize batch after batch.
+
+    Args:
+        defense: A registered defense name (``rapt-audit ls defenses``).
+        params: The defense's parameters (``{"eta": 75}``, ``{"replacement": 0.5}``), checked once.
+        seed: Seed of every random draw (noise, calibration, RAPT's plain tokens).
+        model: ``minilm`` (bundled), a Hugging Face id or a local directory.
+        device: ``cpu``, ``cuda`` or ``auto``.
+        data_dir: Data directory, for defenses that read public text (calibration with
+            ``replacement``, SnD's denoiser).
+        max_segment: Longest text privatized in one piece, in characters.
+
+    Raises:
+        UsageError: for an unknown defense or parameter, or a bad value (the message names it).
+    """
+
+    defense: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    model: str = "minilm"
+    device: str = "cpu"
+    data_dir: str | None = None
+    max_segment: int = 20_000
+    counts: dict[str, Any] = field(default_factory=dict, init=False)
+    records: int = field(default=0, init=False)
+    segments: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        load()
+        self.plugin = make_plugin(DEFENSES, self.defense, dict(self.params))
+        kinds = [k for k in USER_KINDS if k in self.plugin.exposes]
+        self.kind = kinds[0]
+        self.ctx = RunContext(seed=self.seed, profile="cpu", device=resolve_device(self.device), model=self.model,
+                              cache_dir=default_cache_dir(), data_dir=self.data_dir)
+        self.counts = {key: 0 for key in _COUNT_KEYS} | {"by_category": {}}
+        self._started = time.perf_counter()
+        self.eta = self.plugin.effective_eta(self.ctx) if hasattr(self.plugin, "effective_eta") else None
+
+    def privatize(self, texts: Sequence[str]) -> list[Any]:
+        """The privatized form of each text: a string, or a list of vectors (lists of floats)."""
+        outputs: list[Any] = [None] * len(texts)
+        pieces = [(i, piece) for i, text in enumerate(texts)
+                  for piece in (segments_of(text, self.max_segment) if self.kind != "sequence_embeddings" else [text])]
+        released = self._release([piece for _, piece in pieces])
+        for (i, _), value in zip(pieces, released):
+            if outputs[i] is None:
+                outputs[i] = value
+            elif isinstance(value, str):
+                outputs[i] = f"{outputs[i]} {value}" if value else outputs[i]
+            else:
+                outputs[i] = outputs[i] + value
+        self.records += len(texts)
+        return outputs
+
+    def _release(self, texts: list[str]) -> list[Any]:
+        records = [Record(uid=f"privatize/{self.segments + i}", text=t) for i, t in enumerate(texts)]
+        self.segments += len(texts)
+        if not records:
+            return []
+        if hasattr(self.plugin, "privatize_records"):  # text defenses: the text plus what was replaced
+            out, count = self.plugin.privatize_records(records, self.ctx)
+            self._add(count)
+            return list(out)
+        try:
+            release = self.plugin.release(records, ctx=self.ctx)
+        except UsageError as exc:
+            raise UsageError(f"{self.defense} cannot privatize on the user's side alone: {exc}. Its client "
+                             "part is trained by the service; privatize supports defenses whose release needs "
+                             "no training (identity, t2t, pct2t, rapt, embedding, dpnr, snd)") from None
+        self.counts["perturbed"] += sum(len(v) for v in release.token_embeddings or ()) or len(records)
+        if self.kind == "token_embeddings":
+            return [v.astype("float64").round(6).tolist() for v in release.token_embeddings]
+        return [list(v) for v in release.sequence_embeddings.astype("float64").round(6).tolist()]
+
+    def _add(self, count: Any) -> None:
+        for key in _COUNT_KEYS:
+            self.counts[key] += int(getattr(count, key, 0))
+        for category, values in getattr(count, "by_category", {}).items():
+            mine = self.counts["by_category"].setdefault(category, {})
+            for key, value in values.items():
+                mine[key] = mine.get(key, 0) + int(value)
+
+    def stream(self, texts: Iterable[str], *, batch_records: int = 256, batch_chars: int = 100_000
+               ) -> Iterator[Any]:
+        """Privatized outputs of ``texts`` in order, privatized in bounded batches."""
+        batch: list[str] = []
+        size = 0
+        for text in texts:
+            batch.append(text)
+            size += len(text)
+            if len(batch) >= batch_records or size >= batch_chars:
+                yield from self.privatize(batch)
+                batch, size = [], 0
+        if batch:
+            yield from self.privatize(batch)
+
+    def summary(self, **extra: Any) -> dict[str, Any]:
+        """The sidecar record: mechanism, parameters, η, seed, model fingerprint and the counts."""
+        counts = dict(self.counts)
+        perturbed = counts["perturbed"]
+        observed = counts["replaced"] / perturbed if perturbed and self.kind == "texts" else None
+        eta = self.eta
+        return {
+            "tool": f"rapt-audit privatize {__version__}", "defense": self.defense,
+            "params": get_params(self.plugin), "release_kind": self.kind,
+            "eta": None if eta is None else ("inf" if math.isinf(eta) else eta),
+            "seed": self.seed, "model": self.model, "model_fingerprint": embedding_space(self.ctx).model_fingerprint,
+            "records": self.records, "segments": self.segments, "units": counts,
+            "observed_replacement": observed, "seconds": round(time.perf_counter() - self._started, 3), **extra}
+
+
+def privatize(texts: Sequence[str] | str, defense: str = "pct2t", *, seed: int = 0, model: str = "minilm",
+              device: str = "cpu", data_dir: str | None = None, **params: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Privatize ``texts`` on the user's side with ``defense``; return the outputs and the sidecar record.
+
+    Example::
+
+        >>> outputs, record = rapt_audit.privatize(["my rent is due"], "t2t", eta=75, seed=1)  # doctest: +SKIP
+
+    Args:
+        texts: The texts (a single string is one text).
+        defense: A registered defense (``rapt-audit ls defenses``).
+        seed: Seed of every random draw.
+        model: ``minilm`` (bundled), a Hugging Face id or a local directory.
+        device: ``cpu``, ``cuda`` or ``auto``.
+        data_dir: Data directory for defenses that read public text.
+        **params: The defense's parameters (``eta=75``, ``replacement=0.5``, ``categories="noun,verb"``).
+    """
+    privatizer = Privatizer(defense, params, seed=seed, model=model, device=device, data_dir=data_dir)
+    outputs = list(privatizer.stream([texts] if isinstance(texts, str) else texts))
+    return outputs, privatizer.summary()
