@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from tokenizers import Tokenizer
+
 from rapt_audit.api.errors import ModelError
 
 #: Short names for bundled models.
@@ -114,8 +116,6 @@ class FastTokenizer:
     """
 
     def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer  # lazy (tokenizers)
-
         self.backend = Tokenizer.from_file(str(path))
         self.backend.no_truncation()
         self.backend.no_padding()

@@ -87,6 +87,21 @@ def test_bf16_screen_search(benchmark, space, noisy):
     _record(benchmark, len(queries), fallback_rate=index.fallbacks / (calls * len(queries)))
 
 
+def naive_per_token_search(table: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """One token at a time, L2 distance to every vocabulary row, then argmin (SnD's public Text2Text way)."""
+    return np.array([int(np.argmin(np.linalg.norm(table - q, axis=1))) for q in queries], dtype=np.int64)
+
+
+@pytest.mark.benchmark
+def test_naive_per_token_search(benchmark, space, noisy):
+    """(d) The straightforward baseline, on the first 512 of the same queries, for the speed-up ratio."""
+    queries, reference = noisy
+    rows = benchmark.pedantic(naive_per_token_search, args=(space.vectors, queries[:512]), rounds=3, warmup_rounds=1)
+    # float32 differences: the same answers as exact search but for rare near-ties
+    assert float((rows == reference[:512]).mean()) >= 0.99
+    _record(benchmark, 512)
+
+
 @pytest.mark.benchmark
 def test_warm_load(benchmark, minilm, cache_dir, space):
     """(c) Warm load of the cached EmbeddingSpace (np.load of the .npz + the token json)."""
