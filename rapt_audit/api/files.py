@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping
 
@@ -56,3 +57,26 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 def write_json_atomic(path: str | os.PathLike[str], document: Mapping[str, Any]) -> None:
     """Write ``document`` as indented JSON to ``path`` atomically (NaN and infinity are refused)."""
     write_text_atomic(path, json.dumps(document, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+_warned_unwritable = False  # the cache's one warning per process
+
+
+def write_cache_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> bool:
+    """:func:`write_atomic` for a cache entry, which may fail: returns whether it was stored.
+
+    A cache folder that cannot be written (read-only, full, no permission) is not an error: the
+    caller keeps what it computed in memory and goes on. The first failure of a process says so in
+    one warning that names the folder and how to choose another; later failures are silent.
+    """
+    global _warned_unwritable
+    try:
+        write_atomic(path, write)
+        return True
+    except OSError as exc:
+        if not _warned_unwritable:
+            _warned_unwritable = True
+            warnings.warn(f"the cache folder {Path(path).parent} cannot be written ({exc.strerror or exc}); "
+                          "working from memory, so the next start will be slower. Set RAPT_AUDIT_CACHE to a "
+                          "writable folder to keep the cache", stacklevel=2)
+        return False

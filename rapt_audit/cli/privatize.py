@@ -90,6 +90,8 @@ def cmd_privatize(args: argparse.Namespace) -> int:
 
             for value in privatizer.stream(texts()):
                 writer.write(pending.popleft(), value)
+                if not pending:  # a batch is out: let a reader of the pipe see it now
+                    stream.flush()
 
         write_output(args.out, produce)
     record = privatizer.summary(input=name, output=args.out or "<stdout>", layout=layout.fmt,

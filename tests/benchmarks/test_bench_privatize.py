@@ -29,20 +29,32 @@ def words_file(tmp_path_factory):
     return path
 
 
-def _cli(*argv: str) -> None:
-    subprocess.run([sys.executable, "-c", "from rapt_audit.cli import main; raise SystemExit(main())", *argv],
-                   check=True, stdout=subprocess.DEVNULL)
+def _first_line(*argv: str) -> float:
+    """Seconds from starting ``rapt-audit`` in a fresh process to its first privatized line on stdout."""
+    start = time.perf_counter()
+    with subprocess.Popen([sys.executable, "-c", "from rapt_audit.cli import main; raise SystemExit(main())",
+                           *argv], stdout=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stdout.readline()
+        elapsed = time.perf_counter() - start
+        process.stdout.read()
+    assert process.returncode == 0
+    return elapsed
 
 
 @pytest.mark.parametrize("defense", ["t2t", "pct2t"])
 def test_warm_setup_to_first_token(benchmark, tmp_path, defense):
-    """A fresh process privatizing one line, after a first run filled the on-disk caches."""
+    """A fresh process privatizing one line, after a first run filled the on-disk caches.
+
+    The figure is the time to the first privatized line (``first_line_s_best``); the benchmark's own
+    timing also counts the interpreter's exit, which torch makes slow.
+    """
     one = tmp_path / "one.txt"
     one.write_text(TEXT + "\n", encoding="utf-8")
     argv = ("privatize", str(one), "--defense", defense, "--set", "eta=100", "--quiet")
-    _cli(*argv)  # cold: builds the embedding space, the POS lexicon
-    benchmark.pedantic(_cli, args=argv, rounds=3, iterations=1)
-    benchmark.extra_info["target_s"] = 2.0
+    _first_line(*argv)  # cold: builds the embedding space, the POS lexicon
+    firsts: list[float] = []
+    benchmark.pedantic(lambda: firsts.append(_first_line(*argv)), rounds=5, iterations=1)
+    benchmark.extra_info.update(first_line_s_best=round(min(firsts), 3), target_s=2.0)
 
 
 @pytest.mark.parametrize("defense, unit", [("t2t", "tokens"), ("pct2t", "words")])
