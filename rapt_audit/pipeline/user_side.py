@@ -5,12 +5,14 @@ An audit tells the user which defense and which η leave how much private inform
 method the audit attacked (a text defense's ``privatize_records``, any other defense's
 ``release``), so what a user deploys is what was measured.
 
-Records are privatized in batches (a few hundred texts, or about 100,000 characters, whichever
-comes first); each batch draws its noise from a generator keyed by the run seed and the records'
+Records are privatized in batches (256 texts, or about 20,000 characters, whichever comes
+first); each batch draws its noise from a generator keyed by the run seed and the records'
 positions, so the same input, seed and batch settings give the same output on every machine.
-A text longer than ``max_segment`` characters is cut at whitespace into segments that are
+A text longer than ``max_segment`` (5,000) characters is cut at whitespace into segments that are
 privatized as separate texts and joined by one space (the embedding defenses concatenate their
-token vectors): a 10 MB line streams like many short ones. Defenses that release one vector per
+token vectors): a 10 MB line streams like many short ones. (The cut only changes the POS tags of
+the few words beside it: spaCy's tagger looks four tokens to each side. RAPT prepends its plain
+tokens to each segment.) Defenses that release one vector per
 text (DPNR, SnD's server output, CAPE) are not segmented; the encoder reads at most its maximum
 length of tokens of a text anyway.
 """
@@ -68,6 +70,8 @@ class Privatizer:
         data_dir: Data directory, for defenses that read public text (calibration with
             ``replacement``, SnD's denoiser).
         max_segment: Longest text privatized in one piece, in characters.
+        batch_records: Most texts privatized together.
+        batch_chars: Most characters privatized together (the memory bound; see :meth:`privatize`).
 
     Raises:
         UsageError: for an unknown defense or parameter, or a bad value (the message names it).
@@ -79,7 +83,9 @@ class Privatizer:
     model: str = "minilm"
     device: str = "cpu"
     data_dir: str | None = None
-    max_segment: int = 20_000
+    max_segment: int = 5_000
+    batch_records: int = 256
+    batch_chars: int = 20_000
     counts: dict[str, Any] = field(default_factory=dict, init=False)
     records: int = field(default=0, init=False)
     segments: int = field(default=0, init=False)
@@ -96,20 +102,41 @@ class Privatizer:
         self.eta = self.plugin.effective_eta(self.ctx) if hasattr(self.plugin, "effective_eta") else None
 
     def privatize(self, texts: Sequence[str]) -> list[Any]:
-        """The privatized form of each text: a string, or a list of vectors (lists of floats)."""
-        outputs: list[Any] = [None] * len(texts)
-        pieces = [(i, piece) for i, text in enumerate(texts)
-                  for piece in (segments_of(text, self.max_segment) if self.kind != "sequence_embeddings" else [text])]
-        released = self._release([piece for _, piece in pieces])
-        for (i, _), value in zip(pieces, released):
-            if outputs[i] is None:
-                outputs[i] = value
-            elif isinstance(value, str):
-                outputs[i] = f"{outputs[i]} {value}" if value else outputs[i]
-            else:
-                outputs[i] = outputs[i] + value
+        """The privatized form of each text: a string, or a list of vectors (lists of floats).
+
+        Long texts are cut into segments (see the module docstring) and the segments go through the
+        defense in groups of at most ``batch_chars`` characters, so memory is bounded by the group,
+        not by the longest text (spaCy's tagger alone takes about 15 kB per word of a text it reads).
+        """
+        parts: list[list[Any]] = [[] for _ in texts]
+        group: list[tuple[int, str]] = []
+        size = 0
+
+        def flush() -> None:
+            for (i, _), value in zip(group, self._release([piece for _, piece in group])):
+                parts[i].append(value)
+            group.clear()
+
+        for i, text in enumerate(texts):
+            pieces = [text] if self.kind == "sequence_embeddings" else segments_of(text, self.max_segment)
+            for piece in pieces:
+                if group and size + len(piece) > self.batch_chars:
+                    flush()
+                    size = 0
+                group.append((i, piece))
+                size += len(piece)
+        if group:
+            flush()
         self.records += len(texts)
-        return outputs
+        return [self._joined(p) for p in parts]
+
+    def _joined(self, parts: list[Any]) -> Any:
+        """One text's output from its segments' outputs: texts joined by a space, vectors concatenated."""
+        if self.kind == "sequence_embeddings" or len(parts) == 1:
+            return parts[0]
+        if self.kind == "texts":
+            return " ".join(p for p in parts if p)
+        return [vector for part in parts for vector in part]
 
     def _release(self, texts: list[str]) -> list[Any]:
         records = [Record(uid=f"privatize/{self.segments + i}", text=t) for i, t in enumerate(texts)]
@@ -139,15 +166,14 @@ class Privatizer:
             for key, value in values.items():
                 mine[key] = mine.get(key, 0) + int(value)
 
-    def stream(self, texts: Iterable[str], *, batch_records: int = 256, batch_chars: int = 100_000
-               ) -> Iterator[Any]:
-        """Privatized outputs of ``texts`` in order, privatized in bounded batches."""
+    def stream(self, texts: Iterable[str]) -> Iterator[Any]:
+        """Privatized outputs of ``texts`` in order, privatized in batches of bounded size."""
         batch: list[str] = []
         size = 0
         for text in texts:
             batch.append(text)
             size += len(text)
-            if len(batch) >= batch_records or size >= batch_chars:
+            if len(batch) >= self.batch_records or size >= self.batch_chars:
                 yield from self.privatize(batch)
                 batch, size = [], 0
         if batch:

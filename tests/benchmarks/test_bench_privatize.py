@@ -78,3 +78,37 @@ def test_end_to_end_throughput(benchmark, words_file, defense, unit):
     per_round = (privatizer.counts["perturbed"] + privatizer.counts["passed"] - warm_units) / len(timings)
     benchmark.extra_info[f"{unit}_per_s_best"] = round(per_round / min(timings))
     benchmark.extra_info["target_per_s"] = 12_000
+
+
+def _peak_rss_mb(*argv: str) -> float:
+    """Peak resident memory (MB) of a fresh ``rapt-audit`` process running ``argv``."""
+    code = ("import resource, sys\nfrom rapt_audit.cli import main\ncode = main()\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nraise SystemExit(code)")
+    done = subprocess.run([sys.executable, "-c", code, *argv], check=True, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    return int(done.stderr.strip().splitlines()[-1]) / 1024  # ru_maxrss is in kB on Linux
+
+
+@pytest.mark.parametrize("n_words", [100, 1_000, 10_000])
+def test_rapt_table_x_pct2t_text(benchmark, n_words):
+    """RAPT Table X's rows for PCT2T: one text of ``n_words`` words, warm (set-up is timed above)."""
+    from rapt_audit.pipeline.user_side import Privatizer
+
+    words = (TEXT.split() * (n_words // len(TEXT.split()) + 1))[:n_words]
+    text = " ".join(words)
+    privatizer = Privatizer("pct2t", {"eta": 100})
+    privatizer.privatize(["warm up the tagger and the indexes"])
+    out = benchmark.pedantic(privatizer.privatize, args=([text],), rounds=3, iterations=1)
+    assert len(out) == 1 and len(out[0].split()) >= n_words * 0.9
+    benchmark.extra_info["words"] = n_words
+
+
+def test_memory_is_flat_from_10k_to_100k_words(tmp_path):
+    """Peak memory of privatizing a 10,000-word and a 100,000-word file (one line each: streamed in segments)."""
+    peaks = {}
+    for n in (10_000, 100_000):
+        path = tmp_path / f"{n}.txt"
+        path.write_text(" ".join((TEXT.split() * (n // 30 + 1))[:n]) + "\n", encoding="utf-8")
+        peaks[n] = _peak_rss_mb("privatize", str(path), "--defense", "pct2t", "--quiet")
+    print(f"peak RSS: 10k words {peaks[10_000]:.0f} MB, 100k words {peaks[100_000]:.0f} MB")
+    assert peaks[100_000] < peaks[10_000] + 100, peaks  # ten times the input, not ten times the memory
