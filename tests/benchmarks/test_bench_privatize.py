@@ -89,7 +89,7 @@ def _peak_rss_mb(*argv: str) -> float:
     return int(done.stderr.strip().splitlines()[-1]) / 1024  # ru_maxrss is in kB on Linux
 
 
-@pytest.mark.parametrize("n_words", [100, 1_000, 10_000])
+@pytest.mark.parametrize("n_words", [10, 100, 1_000, 10_000])
 def test_rapt_table_x_pct2t_text(benchmark, n_words):
     """RAPT Table X's rows for PCT2T: one text of ``n_words`` words, warm (set-up is timed above)."""
     from rapt_audit.pipeline.user_side import Privatizer
