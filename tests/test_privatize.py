@@ -148,3 +148,11 @@ def test_a_10_mb_line_streams_in_bounded_memory(tmp_path):
     peak_mb = int(done.stderr.strip().splitlines()[-1]) / 1024
     assert out.read_text(encoding="utf-8").split() == src.read_text(encoding="utf-8").split()
     assert peak_mb < 1500, peak_mb  # the model's tables and torch take ~600 MB; the line's text ~100 MB
+
+
+def test_identity_and_sequence_defenses_on_the_users_side():
+    outputs, record = rapt_audit.privatize(TEXTS, "identity")
+    assert outputs == TEXTS and record["units"]["passed"] == sum(len(t.split()) for t in TEXTS)
+    vectors, record = rapt_audit.privatize(TEXTS[:2], "dpnr", epsilon=5, seed=1)
+    assert record["release_kind"] == "sequence_embeddings" and record["epsilon"] == 5.0 and record["eta"] is None
+    assert [len(v) for v in vectors] == [384, 384] and vectors[0] != vectors[1]

@@ -99,9 +99,14 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     if sidecar:
         write_json_atomic(Path(sidecar), record)
     if not args.quiet:
-        units = record["units"]
-        print(f"privatized {record['records']} record(s) with {args.defense} (eta {record['eta']}, seed {args.seed}): "
-              f"{units['replaced']} of {units['perturbed']} unit(s) replaced, {units['passed']} passed through in "
-              f"the clear" + (f"; record in {sidecar}" if sidecar else ""), file=sys.stderr)
+        units, where = record["units"], (f"; record in {sidecar}" if sidecar else "")
+        setting = ", ".join(f"{key} {record[key]}" for key in ("eta", "epsilon") if record[key] is not None)
+        head = f"privatized {record['records']} record(s) with {args.defense} ({setting or 'no noise'}, seed {args.seed})"
+        if record["release_kind"] == "texts":
+            detail = (f"{units['replaced']} of {units['perturbed']} unit(s) replaced, {units['passed']} sent in "
+                      "the clear")
+        else:
+            detail = f"{units['perturbed']} noisy {record['release_kind'].replace('_', ' ')} released as vectors"
+        print(f"{head}: {detail}{where}", file=sys.stderr)
     return 0
 

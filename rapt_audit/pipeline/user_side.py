@@ -99,7 +99,9 @@ class Privatizer:
                               cache_dir=default_cache_dir(), data_dir=self.data_dir)
         self.counts = {key: 0 for key in _COUNT_KEYS} | {"by_category": {}}
         self._started = time.perf_counter()
-        self.eta = self.plugin.effective_eta(self.ctx) if hasattr(self.plugin, "effective_eta") else None
+        # The privacy parameter in force: a calibrated η (replacement=...), else the declared η or ε.
+        self.eta = (self.plugin.effective_eta(self.ctx) if hasattr(self.plugin, "effective_eta")
+                    else getattr(self.plugin, "eta", None))
 
     def privatize(self, texts: Sequence[str]) -> list[Any]:
         """The privatized form of each text: a string, or a list of vectors (lists of floats).
@@ -153,6 +155,9 @@ class Privatizer:
             raise UsageError(f"{self.defense} cannot privatize on the user's side alone: {exc}. Its client "
                              "part is trained by the service; privatize supports defenses whose release needs "
                              "no training (identity, t2t, pct2t, rapt, embedding, dpnr, snd)") from None
+        if self.kind == "texts":  # a text defense without a replacement count (identity)
+            self.counts["passed"] += sum(len(t.split()) for t in release.texts)
+            return list(release.texts)
         self.counts["perturbed"] += sum(len(v) for v in release.token_embeddings or ()) or len(records)
         if self.kind == "token_embeddings":
             return [v.astype("float64").round(6).tolist() for v in release.token_embeddings]
@@ -188,10 +193,15 @@ class Privatizer:
         return {
             "tool": f"rapt-audit privatize {__version__}", "defense": self.defense,
             "params": get_params(self.plugin), "release_kind": self.kind,
-            "eta": None if eta is None else ("inf" if math.isinf(eta) else eta),
+            "eta": _jsonable_float(None if eta is None else float(eta)),
+            "epsilon": _jsonable_float(getattr(self.plugin, "epsilon", None)),
             "seed": self.seed, "model": self.model, "model_fingerprint": embedding_space(self.ctx).model_fingerprint,
             "records": self.records, "segments": self.segments, "units": counts,
             "observed_replacement": observed, "seconds": round(time.perf_counter() - self._started, 3), **extra}
+
+
+def _jsonable_float(value: float | None) -> float | str | None:
+    return "inf" if isinstance(value, float) and math.isinf(value) else value
 
 
 def privatize(texts: Sequence[str] | str, defense: str = "pct2t", *, seed: int = 0, model: str = "minilm",
