@@ -22,7 +22,7 @@ ALLOWED = {
     "data": {"api"},
     "mechanisms": {"api", "scoring", "encoder"},
     "utility": {"api", "scoring", "encoder"},
-    "pipeline": {"api", "scoring", "encoder", "data"},
+    "pipeline": {"api", "scoring", "encoder", "data", "mechanisms"},
     "defenses": {"api", "scoring", "encoder", "data", "mechanisms", "utility", "pipeline.context"},
     "attacks": {"api", "scoring", "encoder", "data", "mechanisms", "utility", "pipeline.context"},
     "reporting": {"api", "scoring", "mechanisms", "pipeline"},

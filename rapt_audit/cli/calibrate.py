@@ -12,6 +12,7 @@ import numpy as np
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import coerce, get_params, make_plugin
 from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.cli.options import defense_params
 from rapt_audit.data.public import public_corpus
 from rapt_audit.mechanisms.calibration import RAPT_TABLE_III, find_eta, plausible_deniability, replacement_probability
 from rapt_audit.mechanisms.engines import token_engine
@@ -44,7 +45,7 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     etas = [coerce(v, float, key="eta") for v in args.eta.split(",") if v.strip()]
     if not etas:
         raise UsageError("--eta needs at least one value")
-    params = dict(pair.split("=", 1) for pair in args.sets if "=" in pair)
+    params = defense_params(args.sets)
     defense = make_plugin(DEFENSES, args.defense, params)
     if not hasattr(defense, "replacement_count"):
         raise UsageError(f"defense {args.defense!r} has no replacement probability; use t2t, pct2t or embedding")

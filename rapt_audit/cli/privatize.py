@@ -8,8 +8,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-from rapt_audit.api.errors import UsageError
 from rapt_audit.api.files import write_json_atomic
+from rapt_audit.cli.options import defense_params
 from rapt_audit.pipeline.user_io import FORMATS, Item, Layout, Writer, open_input, read_items, write_output
 from rapt_audit.pipeline.user_side import Privatizer
 
@@ -48,16 +48,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar and no summary on standard error")
 
 
-def _parse_sets(sets: list[str]) -> dict[str, str]:
-    params: dict[str, str] = {}
-    for pair in sets:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set {pair!r} is not KEY=VALUE (for example --set eta=75)")
-        params[key.strip().removeprefix("defense.")] = value.strip()
-    return params
-
-
 def _with_progress(items: Iterator[Item], handle: Any, size: int | None, quiet: bool) -> Iterator[Item]:
     """``items``, advancing a byte progress bar on standard error (files only, not with --quiet)."""
     if quiet or size is None or not sys.stderr.isatty():
@@ -74,7 +64,7 @@ def _with_progress(items: Iterator[Item], handle: Any, size: int | None, quiet: 
 def cmd_privatize(args: argparse.Namespace) -> int:
     """Privatize the input record by record; write the output and the sidecar record."""
     layout = Layout.for_path(args.input, args.format, args.field)
-    privatizer = Privatizer(args.defense, _parse_sets(args.sets), seed=args.seed, model=args.model,
+    privatizer = Privatizer(args.defense, defense_params(args.sets), seed=args.seed, model=args.model,
                             device=args.device, data_dir=args.data_dir)
     sidecar = args.sidecar or (f"{args.out}.privatize.json" if args.out not in (None, "-") else None)
     with open_input(args.input) as (handle, name, size):

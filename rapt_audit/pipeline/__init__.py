@@ -6,8 +6,10 @@ Owns: :mod:`~rapt_audit.pipeline.config` (RunConfig and its precedence rules),
 :mod:`~rapt_audit.pipeline.results` (the result file and its signature) and
 :mod:`~rapt_audit.pipeline.cache` (releases stored on disk by the signature of what they depend on),
 and the user's side: :mod:`~rapt_audit.pipeline.user_side` (``Privatizer``, ``privatize``: a defense
-run on one's own text) with :mod:`~rapt_audit.pipeline.user_io` (text, JSON Lines and CSV, streamed).
+run on one's own text) with :mod:`~rapt_audit.pipeline.user_io` (text, JSON Lines and CSV, streamed),
+and :mod:`~rapt_audit.pipeline.privacy_audit` (``rapt-audit audit``: a defense's mechanism audited
+as a black box on pairs of inputs).
 
-May import: every layer below it (api, scoring, encoder, data); it reaches the plugins only through
+May import: every layer below it (api, scoring, encoder, data, mechanisms); it reaches the plugins only through
 the registries. Named ``pipeline`` rather than ``run`` so that :func:`rapt_audit.run` stays a function.
 """
