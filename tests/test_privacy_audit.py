@@ -183,10 +183,35 @@ def test_audit_command(capsys, tmp_path):
     assert "nearest neighbour: good /" in printed and "verdict: ok" in printed
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert [p["verdict"] for p in doc["pairs"]] == ["ok", "ok"] and doc["pairs"][1]["claim"] == 0.0
-    assert main(["audit", "--defense", "pct2t"]) == 2
+    assert main(["audit", "--defense", "pct2t", "--set", "eta=10", "--samples", "1000", "--pairs", "2"]) == 0
+    assert "support: doctor stays a noun" in capsys.readouterr().out
+    assert main(["audit", "--defense", "rapt"]) == 2
     assert "does not cover it yet" in capsys.readouterr().err
     assert main(["audit", "--defense", "identity"]) == 2
     assert "no stated guarantee" in capsys.readouterr().err
     assert main(["audit", "--defense", "t2t", "--alpha", "0"]) == 2
     assert main(["audit", "--defense", "t2t", "--set", "eta=inf"]) == 2
     assert "nothing to audit" in capsys.readouterr().err
+
+
+def test_pct2t_support_holds_and_a_cross_category_release_is_caught(tmp_path):
+    """PCT2T releases a word of the input's own POS category; a planted PCT2T that decodes among all
+    whole words (across categories) is a certain VIOLATION of that claimed support."""
+    from rapt_audit.encoder.vocab import embedding_space
+    from rapt_audit.mechanisms.audit import audit_support
+    from rapt_audit.mechanisms.engines import pos_groups, word_engine
+    from rapt_audit.pipeline.context import RunContext
+
+    ctx = RunContext(cache_dir=tmp_path)
+    nouns = pos_groups(ctx)["noun"]
+    row_of = {token: row for row, token in enumerate(embedding_space(ctx).tokens)}
+
+    def sampler(grouping, group):
+        engine = word_engine(ctx, grouping)
+        return lambda n, rng: np.array([row_of[w] for w in engine.privatize_words(
+            ["doctor"] * n, [group] * n, eta=1.0, rng=rng)[0]])
+
+    correct = audit_support(sampler("pos", "noun"), nouns, n=2_000, rng=np.random.default_rng(0), label="pct2t")
+    planted = audit_support(sampler("word", "word"), nouns, n=2_000, rng=np.random.default_rng(0), label="planted")
+    assert correct.verdict == "ok" and correct.counts[0] == 0
+    assert planted.verdict == "VIOLATION" and planted.counts[0] > 0

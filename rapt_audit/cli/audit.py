@@ -42,7 +42,7 @@ def format_report(report: AuditReport) -> str:
     """A plain-text table: one line per pair, the claim next to the lower bound, then the verdict."""
     lines = [f"audit of {report.defense} at eta={report.eta:g}: {AUDITED[report.defense]}; "
              f"{report.samples} + {report.samples} releases per input, alpha={report.alpha:g} over "
-             f"{len(report.pairs)} pair(s)",
+             f"{sum(p.alpha > 0 for p in report.pairs)} pair(s)",
              f"{'pair':<52} {'d(x,x′)':>8} {'claim':>8} {'ε lower':>8} {'ceiling':>8}  verdict"]
     for p in report.pairs:
         lines.append(f"{p.label[:52]:<52} {p.distance:>8.3f} {p.claim:>8.2f} {p.lower_bound:>8.3f} "

@@ -32,7 +32,7 @@ import numpy as np
 from rapt_audit.api.errors import UsageError
 from rapt_audit.scoring.bounds import check_alpha, epsilon_ceiling, epsilon_lower_bound
 
-__all__ = ["PairAudit", "audit_pair", "dchi_log_ratio", "minimum_samples", "verdict_of"]
+__all__ = ["PairAudit", "audit_pair", "audit_support", "dchi_log_ratio", "minimum_samples", "verdict_of"]
 
 #: ``sample(n, rng)``: ``n`` independent releases of one fixed input (word rows, or vectors as rows).
 Sampler = Callable[[int, np.random.Generator], np.ndarray]
@@ -76,7 +76,8 @@ class PairAudit:
     def to_json(self) -> dict:
         """A JSON-able dict (an infinite claim becomes ``"inf"``)."""
         doc = asdict(self)
-        doc["claim"] = "inf" if math.isinf(self.claim) else self.claim
+        for key in ("claim", "lower_bound", "ceiling"):
+            doc[key] = "inf" if math.isinf(doc[key]) else doc[key]
         return doc
 
 
@@ -188,3 +189,19 @@ def audit_pair(sample_x: Sampler, sample_other: Sampler, *, claim: float, n: int
     ceiling = epsilon_ceiling(n, level)
     return PairAudit(label, float(distance), float(claim), float(bound), float(ceiling),
                      verdict_of(bound, claim, ceiling), alpha, n, n, event, counts)
+
+
+def audit_support(sample: Sampler, allowed: np.ndarray, *, n: int, rng: np.random.Generator, label: str,
+                  claim: float = 0.0) -> PairAudit:
+    """Check that ``n`` releases stay inside the outputs the mechanism claims it can give (``allowed``).
+
+    PCT2T claims to release a word of the input's own POS category: a release outside it has
+    probability 0 under the claim, so a single one proves that the mechanism is not the one stated
+    (the privacy loss of telling categories apart is then unbounded). No statistics are needed:
+    the verdict is certain, and ``lower_bound`` is infinite when it is a violation.
+    """
+    releases = np.asarray(sample(n, rng))
+    outside = int((~np.isin(releases, allowed)).sum())
+    return PairAudit(label, 0.0, float(claim), math.inf if outside else 0.0, math.inf,
+                     "VIOLATION" if outside else "ok", 0.0, 0, n, "release outside the claimed support",
+                     (outside, 0))

@@ -8,9 +8,11 @@ strongest), against words at the 10 %, 50 % and 90 % distance quantiles, and a n
 (x = x', claim 0). ``alpha`` is divided among the pairs (Bonferroni), so the whole audit's
 statement holds at confidence ``1 − alpha``.
 
-Audited today: ``t2t`` (token unit: the nearest-word release) and ``embedding`` (the noisy token
-vector). The other defenses with a stated guarantee (PCT2T, RAPT's privatization, SnD's client
-noise, CAPE's and DPNR's Laplace releases) are not audited yet and are refused with that message.
+Audited today: ``t2t`` (token unit: the nearest-word release), ``pct2t`` (a word against words of
+its own POS category, plus the claimed support: every release stays in the input's category) and
+``embedding`` (the noisy token vector). The other defenses with a stated guarantee (RAPT's
+privatization, SnD's client noise, CAPE's and DPNR's Laplace releases) are not audited yet and are
+refused with that message.
 """
 
 from __future__ import annotations
@@ -27,17 +29,19 @@ from rapt_audit.api.params import get_params, make_plugin
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.version import __version__
 from rapt_audit.encoder.models import model_fingerprint
-from rapt_audit.mechanisms.audit import PairAudit, audit_pair, dchi_log_ratio
-from rapt_audit.mechanisms.engines import token_engine
+from rapt_audit.mechanisms.audit import PairAudit, audit_pair, audit_support, dchi_log_ratio
+from rapt_audit.mechanisms.engines import pos_groups, token_engine, word_engine
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 from rapt_audit.scoring.bounds import check_alpha
 
 #: Defenses the audit runs, and what it audits of each.
-AUDITED = {"t2t": "the released word of one token (unit=token)", "embedding": "the noisy embedding of one token"}
+AUDITED = {"t2t": "the released word of one token (unit=token)",
+           "pct2t": "the released word of one word, within its POS category",
+           "embedding": "the noisy embedding of one token"}
 #: Defenses with a stated guarantee that the audit does not cover yet.
-NOT_YET = ("pct2t", "rapt", "snd", "cape", "dpnr")
-#: Probe words (whole regular tokens of common English); the first ``pairs`` pairs are taken in order.
-PROBES = ("good", "doctor", "london", "money")
+NOT_YET = ("rapt", "snd", "cape", "dpnr")
+#: Probe words (whole regular tokens of common English; PCT2T uses those of its selected categories).
+PROBES = ("good", "doctor", "london", "money", "she", "with", "run")
 
 
 @dataclass
@@ -81,24 +85,29 @@ def _check_defense(defense: str) -> None:
                      f"audited defenses: {audited}")
 
 
-def _pairs(vectors: np.ndarray, rows: list[int], tokens: tuple[str, ...], count: int) -> list[tuple[str, int, int]]:
-    """(label, row of x, row of x') of the audited pairs, in a fixed order (see the module docstring)."""
-    first = rows[0]
-    distances = np.linalg.norm(vectors.astype(np.float64) - vectors[first].astype(np.float64), axis=1)
-    order = np.argsort(distances, kind="stable")
-    found: list[tuple[str, int, int]] = []
-    for row in rows:
-        own = np.linalg.norm(vectors.astype(np.float64) - vectors[row].astype(np.float64), axis=1)
-        own[row] = np.inf
-        neighbour = int(np.argmin(own))
-        found.append((f"nearest neighbour: {tokens[row]} / {tokens[neighbour]}", row, neighbour))
-    for q in (0.1, 0.5, 0.9):
-        other = int(order[int(q * (len(order) - 1))])
-        found.append((f"{int(q * 100)} % distance quantile: {tokens[first]} / {tokens[other]}", first, other))
-    found.append((f"null control: {tokens[first]} / {tokens[first]}", first, first))
-    # Nearest neighbours of the first probes, the quantiles, the null control: a mix at every size.
-    ordered = [found[0], found[-1], found[len(rows)], found[len(rows) + 1], found[len(rows) + 2], *found[1:len(rows)]]
-    return ordered[:count]
+def _pairs(vectors: np.ndarray, probes: list[tuple[int, np.ndarray]], tokens: tuple[str, ...],
+           count: int) -> list[tuple[str, int, int]]:
+    """(label, row of x, row of x') of the audited pairs, in a fixed order (see the module docstring).
+
+    ``probes`` holds each probe word's row and the rows it may be paired with (the whole vocabulary,
+    or for PCT2T its POS category).
+    """
+    def distances(row: int, rows: np.ndarray) -> np.ndarray:
+        return np.linalg.norm(vectors[rows].astype(np.float64) - vectors[row].astype(np.float64), axis=1)
+
+    nearest = []
+    for row, rows in probes:
+        own = distances(row, rows)
+        own[rows == row] = np.inf
+        other = int(rows[int(np.argmin(own))])
+        nearest.append((f"nearest neighbour: {tokens[row]} / {tokens[other]}", row, other))
+    first, rows = probes[0]
+    order = rows[np.argsort(distances(first, rows), kind="stable")]
+    quantiles = [(f"{int(q * 100)} % distance quantile: {tokens[first]} / {tokens[int(order[int(q * (len(order) - 1))])]}",
+                  first, int(order[int(q * (len(order) - 1))])) for q in (0.1, 0.5, 0.9)]
+    null = (f"null control: {tokens[first]} / {tokens[first]}", first, first)
+    # The first probe's nearest neighbour, the null control, the quantiles, then the other probes.
+    return [nearest[0], null, *quantiles, *nearest[1:]][:count]
 
 
 def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samples: int = 10_000, pairs: int = 6,
@@ -125,32 +134,62 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     ctx = RunContext(seed=seed, profile="cpu", device=device, model=model, cache_dir=default_cache_dir())
     engine = token_engine(ctx)
     space = engine.space
-    probe_rows = [int(space.rows_of(np.array(ids))[0]) for ids in engine.token_ids(list(PROBES)) if len(ids) == 1]
+    groups = _groups(defense, plugin, ctx, space)
+    probes = []
+    for ids in engine.token_ids(list(PROBES)):
+        row = int(space.rows_of(np.array(ids))[0]) if len(ids) == 1 else -1
+        group = next((g for g, rows in groups.items() if row >= 0 and row in rows), None)
+        if group is not None:
+            probes.append((row, group))
     sampler = _samplers(defense, plugin, engine, ctx)
     rng = np.random.default_rng(seed)
     report = AuditReport(defense, get_params(plugin), eta, float(alpha), int(samples), seed,
                          model_fingerprint(model, cache_dir=ctx.cache_dir))
-    chosen = _pairs(space.vectors, probe_rows, space.tokens, int(pairs))
+    chosen = _pairs(space.vectors, [(row, groups[g]) for row, g in probes], space.tokens, int(pairs))
+    group_of = dict(probes)
     for label, row, other in chosen:
         distance = float(np.linalg.norm(space.vectors[row].astype(np.float64) - space.vectors[other]))
-        score = None if defense == "t2t" else dchi_log_ratio(space.vectors[row], space.vectors[other])
-        report.pairs.append(audit_pair(sampler(row), sampler(other), claim=eta * distance, n=int(samples),
-                                       alpha=alpha / len(chosen), rng=rng, label=label, distance=distance,
-                                       score=score))
+        score = dchi_log_ratio(space.vectors[row], space.vectors[other]) if defense == "embedding" else None
+        group = group_of.get(row, "")
+        report.pairs.append(audit_pair(sampler(row, group), sampler(other, group), claim=eta * distance,
+                                       n=int(samples), alpha=alpha / len(chosen), rng=rng, label=label,
+                                       distance=distance, score=score))
+    if defense == "pct2t":  # the claimed support: a word of the input's own category, never another
+        for row in dict.fromkeys(row for _, row, _ in chosen):
+            group = group_of[row]
+            report.pairs.append(audit_support(sampler(row, group), groups[group], n=int(samples), rng=rng,
+                                              label=f"support: {space.tokens[row]} stays a {group}"))
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callable[[int], Any]:
-    """``sampler(row)(n, rng)``: ``n`` releases of the vocabulary token at ``row``, through the defense's own code."""
+def _groups(defense: str, plugin: Any, ctx: RunContext, space: Any) -> dict[str, np.ndarray]:
+    """Group → candidate rows: PCT2T's selected POS categories, or the whole vocabulary as one group."""
+    if defense == "pct2t":
+        return {category: rows for category, rows in pos_groups(ctx).items() if category in plugin.categories}
+    return {"vocabulary": np.arange(len(space.tokens))}
+
+
+def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callable[[int, str], Any]:
+    """``sampler(row, group)(n, rng)``: ``n`` releases of the vocabulary word at ``row``, by the defense's own code."""
     space = engine.space
 
-    def t2t(row: int) -> Callable[[int, np.random.Generator], np.ndarray]:
+    def t2t(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
         token_id = np.full(1, space.token_ids[row], dtype=np.int64)
         return lambda n, rng: engine.privatize_ids(np.repeat(token_id, n), eta=plugin.eta, rng=rng)
 
-    def embedding(row: int) -> Callable[[int, np.random.Generator], np.ndarray]:
+    def pct2t(row: int, group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
+        words = word_engine(ctx, "pos")
+        row_of = {token: r for r, token in enumerate(space.tokens)}
+
+        def sample(n: int, rng: np.random.Generator) -> np.ndarray:
+            released, _ = words.privatize_words([space.tokens[row]] * n, [group] * n, eta=plugin.eta, rng=rng)
+            return np.array([row_of.get(w, -1) for w in released], dtype=np.int64)
+
+        return sample
+
+    def embedding(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
         text = space.tokens[row]
         return lambda n, rng: np.concatenate(plugin.noisy_embeddings([text] * n, rng=rng, ctx=ctx))
 
-    return t2t if defense == "t2t" else embedding
+    return {"t2t": t2t, "pct2t": pct2t, "embedding": embedding}[defense]
