@@ -98,6 +98,26 @@ def datasets_with(attribute: str) -> list[str]:
 
 
 
+class LaplaceRelease:
+    """The Laplace step of CAPE and DPNR, as one method that their releases and ``rapt-audit audit`` share.
+
+    Expects the ``epsilon``, ``sensitivity`` and ``name`` of the defense it is mixed into.
+    """
+
+    epsilon: float
+    sensitivity: float
+    name: ClassVar[str]
+
+    def laplace_release(self, normalised: np.ndarray, uids: Sequence[str], *, ctx: RunContext) -> np.ndarray:
+        """float32 ``normalised + Laplace(0, sensitivity/epsilon)``, fresh per row and dimension (:func:`laplace_rows`).
+
+        The claim: for two rows u, u' the loss is ``epsilon/sensitivity · ‖u − u'‖₁`` (``epsilon`` per
+        coordinate at the extremes of the normalised range, ``d · epsilon`` per record).
+        """
+        return laplace_rows(normalised, uids, epsilon=self.epsilon, sensitivity=self.sensitivity, ctx=ctx,
+                            key=("release", self.name)).astype(np.float32)
+
+
 @dataclass
 class TaskClassifier(CheckedParams):
     """Parameters of the utility classifier of DPNR and SnD, and its training (a base, not a plugin).

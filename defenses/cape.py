@@ -11,7 +11,7 @@ from rapt_audit.api.errors import DataError, PrivacyParameterError, UsageError
 from rapt_audit.api.params import Check, CheckedParams, Dropout, PositiveFloat, PositiveInt, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release
-from rapt_audit.defenses._representation import check_sensitivity, laplace_rows, require_attribute
+from rapt_audit.defenses._representation import LaplaceRelease, check_sensitivity, require_attribute
 from rapt_audit.encoder.encode import cached_pooled
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import check_epsilon
@@ -29,7 +29,7 @@ def check_attribute(attribute: str) -> str:
 
 @DEFENSES.register("cape", tags=("representation", "laplace", "adversarial"))
 @dataclass
-class CapeDefense(CheckedParams):
+class CapeDefense(CheckedParams, LaplaceRelease):
     """CAPE (Plant et al., EMNLP 2021): noisy pooled representation, adversary behind gradient reversal.
 
     Pipeline per text: frozen encoder (the run's model, all-MiniLM-L6-v2 by default) → mean pooling
@@ -120,8 +120,7 @@ class CapeDefense(CheckedParams):
         clean = model.project(cached_pooled(ctx, records, tag="clean"), ctx.device)
         # Noise keyed by uid but not by epsilon: one record's draws are the same uniforms at every
         # epsilon (common random numbers), so a sweep's curve is not jagged by resampling.
-        noisy = laplace_rows(clean, [r.uid for r in records], epsilon=self.epsilon, sensitivity=self.sensitivity,
-                             ctx=ctx, key=("release", self.name))
+        noisy = self.laplace_release(clean, [r.uid for r in records], ctx=ctx)
         d = clean.shape[1]
         per_record = "inf" if np.isinf(self.epsilon) else d * self.epsilon / self.sensitivity
         return Release(uids=[r.uid for r in records], sequence_embeddings=noisy.astype(np.float32),

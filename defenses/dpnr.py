@@ -12,9 +12,9 @@ from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release
 from rapt_audit.defenses._representation import (
+    LaplaceRelease,
     TaskClassifier,
     check_sensitivity,
-    laplace_rows,
     minmax_rows,
     word_dropout,
 )
@@ -27,7 +27,7 @@ from rapt_audit.utility.probes import require_labels
 
 @DEFENSES.register("dpnr", tags=("representation", "laplace"))
 @dataclass
-class DpnrDefense(TaskClassifier):
+class DpnrDefense(TaskClassifier, LaplaceRelease):
     """DPNR (Lyu et al., Findings of EMNLP 2020): word dropout, then Laplace noise on the representation.
 
     Per text: each whitespace word is dropped independently with probability ``mu`` (fresh per
@@ -82,9 +82,8 @@ class DpnrDefense(TaskClassifier):
         records = list(records)
         texts, words, dropped = self.dropped_texts(records, ctx=ctx)
         pooled = cached_pooled(ctx, records, tag=f"dpnr-dropout-{self.mu!r}", texts=texts)
-        noisy = laplace_rows(minmax_rows(pooled), [r.uid for r in records], epsilon=self.epsilon,
-                             sensitivity=self.sensitivity, ctx=ctx, key=("release", self.name))
-        return noisy.astype(np.float32), {"words": words, "words_dropped": dropped}
+        noisy = self.laplace_release(minmax_rows(pooled), [r.uid for r in records], ctx=ctx)
+        return noisy, {"words": words, "words_dropped": dropped}
 
     def release(self, records: Sequence[Record], *, ctx: RunContext) -> Release:
         """The noisy normalised representation of each record's dropped-out text."""

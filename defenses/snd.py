@@ -99,6 +99,12 @@ class SndDefense(TaskClassifier):
         return ctx.shared(("snd_clip_bound", ctx.model), lambda: float(
             np.sqrt(np.einsum("ij,ij->i", embedding_space(ctx).vectors, embedding_space(ctx).vectors)).max()))
 
+    def upload(self, vectors: np.ndarray, *, rng: np.random.Generator, ctx: RunContext) -> np.ndarray:
+        """The client's upload of clean token embeddings ``(n, d)``: dχ noise, then clipping (what ``audit`` runs)."""
+        from rapt_audit.defenses._denoiser import privatize_tokens  # lazy (torch)
+        return privatize_tokens(np.asarray(vectors, dtype=np.float32), eta=self.eta, bound=self.clip_bound(ctx),
+                                rng=rng)[0]
+
     def exchange(self, records: Sequence[Record], *, ctx: RunContext, stream: str = "release",
                  draw: int = 0) -> Any:
         """Upload, kept noise and server output for ``records`` (a :class:`~rapt_audit.defenses._denoiser.DenoiseBatch`).

@@ -185,8 +185,6 @@ def test_audit_command(capsys, tmp_path):
     assert [p["verdict"] for p in doc["pairs"]] == ["ok", "ok"] and doc["pairs"][1]["claim"] == 0.0
     assert main(["audit", "--defense", "pct2t", "--set", "eta=10", "--samples", "1000", "--pairs", "2"]) == 0
     assert "support: doctor stays a noun" in capsys.readouterr().out
-    assert main(["audit", "--defense", "rapt"]) == 2
-    assert "does not cover it yet" in capsys.readouterr().err
     assert main(["audit", "--defense", "identity"]) == 2
     assert "no stated guarantee" in capsys.readouterr().err
     assert main(["audit", "--defense", "t2t", "--alpha", "0"]) == 2
@@ -215,3 +213,34 @@ def test_pct2t_support_holds_and_a_cross_category_release_is_caught(tmp_path):
     planted = audit_support(sampler("word", "word"), nouns, n=2_000, rng=np.random.default_rng(0), label="planted")
     assert correct.verdict == "ok" and correct.counts[0] == 0
     assert planted.verdict == "VIOLATION" and planted.counts[0] > 0
+
+
+@pytest.mark.parametrize("bug", [None, "scalar-per-example", "shared-in-batch", "scale-halved"])
+def test_laplace_release_audit_catches_planted_bugs(bug, tmp_path):
+    """DPNR's own Laplace step passes; one noise scalar per example (public DPNR code), one noise
+    vector shared by the records of a batch (public CAPE code) and noise at half the scale fail."""
+    from rapt_audit.api.params import make_plugin
+    from rapt_audit.api.plugins import DEFENSES, load
+    from rapt_audit.pipeline.context import RunContext
+    from rapt_audit.pipeline.privacy_audit import _audit_laplace
+
+    load()
+    ctx = RunContext(seed=4, cache_dir=tmp_path)
+    dpnr = make_plugin(DEFENSES, "dpnr", {"epsilon": 2})
+    plugin = dpnr
+    if bug is not None:
+        noise = np.random.default_rng(7)
+
+        class Planted(type(dpnr)):
+            def laplace_release(self, rows, uids, *, ctx):
+                rows = np.asarray(rows, dtype=np.float64)
+                if bug == "scalar-per-example":
+                    return rows + noise.laplace(0, 1 / 2, size=(len(rows), 1))
+                if bug == "shared-in-batch":
+                    return rows + np.repeat(noise.laplace(0, 1 / 2, size=(len(rows) // 2, rows.shape[1])), 2, axis=0)
+                return rows + noise.laplace(0, 1 / 4, size=rows.shape)
+
+        plugin = Planted(epsilon=2)
+    report = _audit_laplace("dpnr", plugin, ctx, 2.0, samples=4_000, pairs=1, alpha=ALPHA, seed=4, model="minilm",
+                            started=0.0)
+    assert report.verdict == ("ok" if bug is None else "VIOLATION"), report.pairs[0]

@@ -16,7 +16,8 @@ EPILOG = """examples:
   rapt-audit audit --defense embedding --set eta=5 --samples 2000 --pairs 2
   rapt-audit audit --defense t2t --set eta=5 --samples 2000 --pairs 2 --format json --out t2t-audit.json
 Each pair of inputs x, x' gets a lower bound on the mechanism's privacy loss, valid at confidence
-1 - alpha for the whole audit, next to the claim eta * d(x, x'). VIOLATION (exit 1) proves a bug;
+1 - alpha for the whole audit, next to the claim eta * d(x, x') (epsilon/sensitivity * L1 for the
+Laplace releases of dpnr and cape). VIOLATION (exit 1) proves a bug;
 ok is not a proof of privacy; unauditable means the claim is above what --samples can falsify.
 Audited: """ + ", ".join(f"{name} ({what})" for name, what in AUDITED.items()) + "."
 
@@ -40,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def format_report(report: AuditReport) -> str:
     """A plain-text table: one line per pair, the claim next to the lower bound, then the verdict."""
-    lines = [f"audit of {report.defense} at eta={report.eta:g}: {AUDITED[report.defense]}; "
+    lines = [f"audit of {report.defense} at {report.parameter}={report.eta:g}: {AUDITED[report.defense]}; "
              f"{report.samples} + {report.samples} releases per input, alpha={report.alpha:g} over "
              f"{sum(p.alpha > 0 for p in report.pairs)} pair(s)",
              f"{'pair':<52} {'d(x,x′)':>8} {'claim':>8} {'ε lower':>8} {'ceiling':>8}  verdict"]

@@ -8,11 +8,12 @@ strongest), against words at the 10 %, 50 % and 90 % distance quantiles, and a n
 (x = x', claim 0). ``alpha`` is divided among the pairs (Bonferroni), so the whole audit's
 statement holds at confidence ``1 − alpha``.
 
-Audited today: ``t2t`` (token unit: the nearest-word release), ``pct2t`` (a word against words of
-its own POS category, plus the claimed support: every release stays in the input's category) and
-``embedding`` (the noisy token vector). The other defenses with a stated guarantee (RAPT's
-privatization, SnD's client noise, CAPE's and DPNR's Laplace releases) are not audited yet and are
-refused with that message.
+Audited today: ``t2t`` (token unit: the nearest-word release), ``pct2t`` and ``rapt`` (a word against
+words of its own POS category, plus the claimed support: every release stays in the input's
+category), ``embedding`` (the noisy token vector), ``snd`` (the client's clipped noisy upload;
+clipping is post-processing, so the claim is the same), and ``dpnr`` and ``cape`` (their Laplace
+step on normalised vectors, with the claim ``epsilon/sensitivity · ‖u − u'‖₁``; the trained CAPE
+projection and DPNR's word dropout before it are not audited).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rapt_audit.api.params import get_params, make_plugin
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.version import __version__
 from rapt_audit.encoder.models import model_fingerprint
+from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.audit import PairAudit, audit_pair, audit_support, dchi_log_ratio
 from rapt_audit.mechanisms.engines import pos_groups, token_engine, word_engine
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
@@ -37,9 +39,13 @@ from rapt_audit.scoring.bounds import check_alpha
 #: Defenses the audit runs, and what it audits of each.
 AUDITED = {"t2t": "the released word of one token (unit=token)",
            "pct2t": "the released word of one word, within its POS category",
-           "embedding": "the noisy embedding of one token"}
+           "rapt": "PCT2T's released word, which RAPT uses for the text and its plain tokens",
+           "embedding": "the noisy embedding of one token",
+           "snd": "the client's upload of one token: noisy embedding, then clipping",
+           "dpnr": "the Laplace release of a normalised vector (batches of two records)",
+           "cape": "the Laplace release of a normalised vector (batches of two records)"}
 #: Defenses with a stated guarantee that the audit does not cover yet.
-NOT_YET = ("rapt", "snd", "cape", "dpnr")
+NOT_YET: tuple[str, ...] = ()
 #: Probe words (whole regular tokens of common English; PCT2T uses those of its selected categories).
 PROBES = ("good", "doctor", "london", "money", "she", "with", "run")
 
@@ -57,6 +63,7 @@ class AuditReport:
     model_fingerprint: str
     pairs: list[PairAudit] = field(default_factory=list)
     seconds: float = 0.0
+    parameter: str = "eta"  # what ``eta`` holds: claim = eta · d(x, x'); "epsilon/sensitivity" for Laplace
 
     @property
     def verdict(self) -> str:
@@ -66,7 +73,7 @@ class AuditReport:
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-able document."""
         return {"tool": f"rapt-audit audit {__version__}", "defense": self.defense, "audits": AUDITED[self.defense],
-                "params": dict(self.params), "eta": self.eta, "alpha": self.alpha,
+                "params": dict(self.params), "claim_per_unit_distance": {self.parameter: self.eta}, "alpha": self.alpha,
                 "samples_per_input": {"select": self.samples, "evaluate": self.samples}, "seed": self.seed,
                 "model_fingerprint": self.model_fingerprint, "verdict": self.verdict,
                 "pairs": [p.to_json() for p in self.pairs], "seconds": round(self.seconds, 2)}
@@ -127,11 +134,16 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     plugin = make_plugin(DEFENSES, defense, dict(params or {}))
     if getattr(plugin, "unit", "token") != "token":
         raise UsageError("the audit covers t2t with unit=token; word-level t2t is not audited yet")
-    eta = float(plugin.eta)
+    laplace = defense in ("dpnr", "cape")
+    eta = float(plugin.epsilon / plugin.sensitivity if laplace else plugin.eta)
     if math.isinf(eta):
-        raise UsageError("eta=inf claims no privacy, so there is nothing to audit; set a finite eta")
+        raise UsageError(f"{'epsilon' if laplace else 'eta'}=inf claims no privacy, so there is nothing to audit; "
+                         "set a finite value")
     started = time.perf_counter()
     ctx = RunContext(seed=seed, profile="cpu", device=device, model=model, cache_dir=default_cache_dir())
+    if laplace:
+        return _audit_laplace(defense, plugin, ctx, eta, samples=int(samples), pairs=int(pairs), alpha=alpha,
+                              seed=seed, model=model, started=started)
     engine = token_engine(ctx)
     space = engine.space
     groups = _groups(defense, plugin, ctx, space)
@@ -149,12 +161,13 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     group_of = dict(probes)
     for label, row, other in chosen:
         distance = float(np.linalg.norm(space.vectors[row].astype(np.float64) - space.vectors[other]))
-        score = dchi_log_ratio(space.vectors[row], space.vectors[other]) if defense == "embedding" else None
+        vector_release = defense in ("embedding", "snd")
+        score = dchi_log_ratio(space.vectors[row], space.vectors[other]) if vector_release else None
         group = group_of.get(row, "")
         report.pairs.append(audit_pair(sampler(row, group), sampler(other, group), claim=eta * distance,
                                        n=int(samples), alpha=alpha / len(chosen), rng=rng, label=label,
                                        distance=distance, score=score))
-    if defense == "pct2t":  # the claimed support: a word of the input's own category, never another
+    if defense in ("pct2t", "rapt"):  # the claimed support: a word of the input's own category, never another
         for row in dict.fromkeys(row for _, row, _ in chosen):
             group = group_of[row]
             report.pairs.append(audit_support(sampler(row, group), groups[group], n=int(samples), rng=rng,
@@ -163,9 +176,61 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     return report
 
 
+def _audit_laplace(defense: str, plugin: Any, ctx: RunContext, scale: float, *, samples: int, pairs: int,
+                   alpha: float, seed: int, model: str, started: float) -> AuditReport:
+    """Pairs of normalised vectors through the defense's own Laplace step, two records per batch.
+
+    The claim for rows u, u' is ``epsilon/sensitivity · ‖u − u'‖₁``. Each release is a batch of the
+    audited row and a fixed second record b, so that three families of events are tried: the claimed
+    (L1) likelihood ratio, the spread of ``w − u`` across coordinates (one scalar of noise per
+    example, as in public DPNR code, makes it 0), and the distance of the two rows' difference to
+    ``u − b`` (one noise vector shared by a batch, as in public CAPE code, makes it 0).
+    """
+    d = embedding_space(ctx).dim
+    half, one = np.full(d, 0.5), np.eye(d)[0]
+    cases = [("one coordinate at its extremes: 0 / 1", np.zeros(d), one),
+             ("null control", half, half),
+             ("one coordinate inside: 0.25 / 0.75", np.zeros(d) + 0.25 * one, 0.75 * one),
+             ("every coordinate at its extremes: 0 / 1", np.zeros(d), np.ones(d))][:pairs]
+    batch_mate = half
+    drawn = [0]
+
+    def sampler(u: np.ndarray) -> Callable[[int, np.random.Generator], np.ndarray]:
+        def sample(n: int, _rng: np.random.Generator) -> np.ndarray:
+            uids = [f"audit/{drawn[0] + i}/{part}" for i in range(n) for part in "ab"]
+            drawn[0] += n
+            rows = plugin.laplace_release(np.tile(np.stack([u, batch_mate]), (n, 1)), uids, ctx=ctx)
+            return rows.reshape(n, 2 * d).astype(np.float64)
+        return sample
+
+    report = AuditReport(defense, get_params(plugin), scale, float(alpha), samples, seed,
+                         model_fingerprint(model, cache_dir=ctx.cache_dir), parameter="epsilon/sensitivity")
+    rng = np.random.default_rng(seed)
+    for label, u, u_other in cases:
+        distance = float(np.abs(u - u_other).sum())
+
+        def likelihood(w: np.ndarray, u=u, u_other=u_other) -> np.ndarray:
+            """claimed L1 log-likelihood ratio / (epsilon/sensitivity)"""
+            return np.abs(w[:, :d] - u_other).sum(axis=1) - np.abs(w[:, :d] - u).sum(axis=1)
+
+        def spread(w: np.ndarray, u=u) -> np.ndarray:
+            """low spread of the noise across coordinates"""
+            return -np.std(w[:, :d] - u, axis=1)
+
+        def co_batched(w: np.ndarray, u=u) -> np.ndarray:
+            """closeness of the batch's row difference to u - b"""
+            return -np.linalg.norm(w[:, :d] - w[:, d:] - (u - batch_mate), axis=1)
+
+        report.pairs.append(audit_pair(sampler(u), sampler(u_other), claim=scale * distance, n=samples,
+                                       alpha=alpha / len(cases), rng=rng, label=label, distance=distance,
+                                       score=[likelihood, spread, co_batched]))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
 def _groups(defense: str, plugin: Any, ctx: RunContext, space: Any) -> dict[str, np.ndarray]:
     """Group → candidate rows: PCT2T's selected POS categories, or the whole vocabulary as one group."""
-    if defense == "pct2t":
+    if defense in ("pct2t", "rapt"):
         return {category: rows for category, rows in pos_groups(ctx).items() if category in plugin.categories}
     return {"vocabulary": np.arange(len(space.tokens))}
 
@@ -192,4 +257,8 @@ def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callab
         text = space.tokens[row]
         return lambda n, rng: np.concatenate(plugin.noisy_embeddings([text] * n, rng=rng, ctx=ctx))
 
-    return {"t2t": t2t, "pct2t": pct2t, "embedding": embedding}[defense]
+    def snd(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
+        clean = space.vectors[row][None, :]
+        return lambda n, rng: plugin.upload(np.repeat(clean, n, axis=0), rng=rng, ctx=ctx)
+
+    return {"t2t": t2t, "pct2t": pct2t, "rapt": pct2t, "embedding": embedding, "snd": snd}[defense]
