@@ -244,3 +244,20 @@ def test_laplace_release_audit_catches_planted_bugs(bug, tmp_path):
     report = _audit_laplace("dpnr", plugin, ctx, 2.0, samples=4_000, pairs=1, alpha=ALPHA, seed=4, model="minilm",
                             started=0.0)
     assert report.verdict == ("ok" if bug is None else "VIOLATION"), report.pairs[0]
+
+
+def test_report_shows_audit_documents(tmp_path):
+    """``rapt-audit report`` picks up ``audit*.json`` files: one table per audit, claim beside the bound."""
+    from rapt_audit.api.files import write_json_atomic
+    from rapt_audit.pipeline.privacy_audit import audit_defense
+    from rapt_audit.reporting.report import write_report
+
+    report = audit_defense("embedding", {"eta": 5}, samples=1_000, pairs=2)
+    write_json_atomic(tmp_path / "audit-embedding.json", report.to_json())
+    (tmp_path / "audit-broken.json").write_text('{"defense": "t2t"}', encoding="utf-8")
+    write_report([tmp_path], out=tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    section = page[page.index("id='audits'"):]
+    assert "<h3>embedding: ok" in section and "null control: good / good" in section
+    assert section.count("<tr><td>") == 2
+    assert "audit-broken.json" in page and "expected the output of rapt-audit audit" in page

@@ -16,8 +16,6 @@ from typing import Any, Sequence
 from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.pipeline.results import RESULT_FILE, SCHEMA, RunResult, read_result
 
-#: ``rapt-audit calibrate --format json > DIR/calibration.json`` files are picked up by reports.
-CALIBRATION_GLOB = "calibration*.json"
 
 
 @dataclass(frozen=True)
@@ -44,10 +42,11 @@ class Problem:
 
 @dataclass
 class Collection:
-    """Everything read from a list of paths: usable results, calibration documents and problems."""
+    """Everything read from a list of paths: usable results, calibration and audit documents, and problems."""
 
     results: list[Loaded] = field(default_factory=list)
     calibrations: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    audits: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
 
     def require_results(self, what: str) -> None:
@@ -93,14 +92,25 @@ def _read_one(path: Path, into: Collection) -> None:
             into.problems.append(Problem(path, "corrupt", str(exc)))
 
 
-def _read_calibration(path: Path, into: Collection) -> None:
+#: Documents a report shows beside the results: file-name prefix → (Collection list, the list each
+#: must hold, the command that writes them).
+DOCUMENTS = {"calibration": ("calibrations", "rows", "rapt-audit calibrate --format json"),
+             "audit": ("audits", "pairs", "rapt-audit audit --out FILE")}
+
+
+def _read_document(path: Path, kind: str, into: Collection) -> None:
+    target, required, writer = DOCUMENTS[kind]
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-            raise ValueError("no 'rows' list (expected the output of rapt-audit calibrate --format json)")
-        into.calibrations.append((path, doc))
+        if not isinstance(doc, dict) or not isinstance(doc.get(required), list):
+            raise ValueError(f"no {required!r} list (expected the output of {writer})")
+        getattr(into, target).append((path, doc))
     except (OSError, ValueError) as exc:
-        into.problems.append(Problem(path, "corrupt", f"calibration file {path} is unusable: {exc}"))
+        into.problems.append(Problem(path, "corrupt", f"{kind} file {path} is unusable: {exc}"))
+
+
+def _kind_of(path: Path) -> str | None:
+    return next((kind for kind in DOCUMENTS if path.name.startswith(kind)), None)
 
 
 def collect(paths: Sequence[str | Path], *, calibrations: bool = True) -> Collection:
@@ -112,7 +122,8 @@ def collect(paths: Sequence[str | Path], *, calibrations: bool = True) -> Collec
 
     Args:
         paths: What the user passed on the command line.
-        calibrations: Also read ``calibration*.json`` documents found in the given directories.
+        calibrations: Also read the ``calibration*.json`` and ``audit*.json`` documents found in the
+            given directories.
 
     Raises:
         UsageError: when ``paths`` is empty.
@@ -127,12 +138,12 @@ def collect(paths: Sequence[str | Path], *, calibrations: bool = True) -> Collec
             out.problems.append(Problem(path, "missing", f"{path} does not exist; check the path"))
             continue
         if path.is_file():
-            files = [path] if path.suffix == ".json" and not path.name.startswith("calibration") else []
-            cals = [path] if path.name.startswith("calibration") else []
+            files = [path] if path.suffix == ".json" and _kind_of(path) is None else []
+            docs = [path] if _kind_of(path) is not None else []
         else:
             files = sorted(path.rglob(RESULT_FILE))
-            cals = sorted(path.rglob(CALIBRATION_GLOB)) if calibrations else []
-        if not files and not cals:
+            docs = sorted(p for kind in DOCUMENTS for p in path.rglob(f"{kind}*.json")) if calibrations else []
+        if not files and not docs:
             out.problems.append(Problem(path, "empty", f"{path} holds no {RESULT_FILE}; pass a run directory "
                                         "(rapt-audit run --out DIR), a sweep directory or a result file"))
         for file in files:
@@ -140,12 +151,12 @@ def collect(paths: Sequence[str | Path], *, calibrations: bool = True) -> Collec
             if key not in seen:
                 seen.add(key)
                 _read_one(file, out)
-        for file in cals:
+        for file in docs:
             key = file.resolve()
             if key not in seen:
                 seen.add(key)
-                _read_calibration(file, out)
+                _read_document(file, str(_kind_of(file)), out)
     return out
 
 
-__all__ = ["CALIBRATION_GLOB", "Collection", "Loaded", "Problem", "collect"]
+__all__ = ["DOCUMENTS", "Collection", "Loaded", "Problem", "collect"]
