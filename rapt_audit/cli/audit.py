@@ -32,6 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=int, default=10_000,
                    help="releases per input for choosing the event, and as many for bounding it (default 10000)")
     p.add_argument("--pairs", type=int, default=6, help="pairs of inputs audited (default 6)")
+    p.add_argument("--search", type=int, default=8,
+                   help="random word pairs screened for the most suspicious one, which is audited too (default 8)")
     p.add_argument("--alpha", default="0.05", help="error level of the whole audit (default 0.05)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="minilm", help="minilm (bundled), a Hugging Face id or a local directory")
@@ -59,8 +61,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Run the audit; exit 1 when a pair's lower bound exceeds its claim."""
     params = defense_params(args.sets)
     alpha = coerce(args.alpha, float, key="alpha")
-    report = audit_defense(args.defense, params, samples=args.samples, pairs=args.pairs, alpha=alpha, seed=args.seed,
-                           model=args.model)
+    report = audit_defense(args.defense, params, samples=args.samples, pairs=args.pairs, search=args.search,
+                           alpha=alpha, seed=args.seed, model=args.model)
     document = report.to_json()
     if args.out:
         write_json_atomic(Path(args.out), document)

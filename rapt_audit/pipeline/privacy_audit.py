@@ -31,7 +31,7 @@ from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.version import __version__
 from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.encoder.vocab import embedding_space
-from rapt_audit.mechanisms.audit import PairAudit, audit_pair, audit_support, dchi_log_ratio
+from rapt_audit.mechanisms.audit import PairAudit, audit_pair, audit_support, dchi_log_ratio, minimum_samples
 from rapt_audit.mechanisms.engines import pos_groups, token_engine, word_engine
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 from rapt_audit.scoring.bounds import check_alpha
@@ -118,8 +118,13 @@ def _pairs(vectors: np.ndarray, probes: list[tuple[int, np.ndarray]], tokens: tu
 
 
 def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samples: int = 10_000, pairs: int = 6,
-                  alpha: float = 0.05, seed: int = 0, model: str = "minilm", device: str = "cpu") -> AuditReport:
+                  search: int = 8, alpha: float = 0.05, seed: int = 0, model: str = "minilm",
+                  device: str = "cpu") -> AuditReport:
     """Audit ``defense`` at ``params`` on ``pairs`` pairs with ``samples`` releases per input and half.
+
+    With ``search`` > 0 (word and token-vector releases), that many random words, each paired with
+    its nearest neighbour, are screened on a tenth of the releases, and the pair whose lower bound
+    comes closest to its claim is audited too, on fresh releases (so the search costs no confidence).
 
     Raises:
         UsageError: for a defense the audit does not cover (the message lists those it does), an
@@ -128,8 +133,8 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     """
     _check_defense(defense)
     alpha = check_alpha(alpha)
-    if int(pairs) < 1:
-        raise UsageError(f"--pairs must be at least 1, got {pairs}")
+    if int(pairs) < 1 or int(search) < 0:
+        raise UsageError(f"--pairs must be at least 1 and --search at least 0, got {pairs} and {search}")
     load()
     plugin = make_plugin(DEFENSES, defense, dict(params or {}))
     if getattr(plugin, "unit", "token") != "token":
@@ -157,19 +162,38 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     rng = np.random.default_rng(seed)
     report = AuditReport(defense, get_params(plugin), eta, float(alpha), int(samples), seed,
                          model_fingerprint(model, cache_dir=ctx.cache_dir))
-    chosen = _pairs(space.vectors, [(row, groups[g]) for row, g in probes], space.tokens, int(pairs))
     group_of = dict(probes)
-    for label, row, other in chosen:
+    chosen = [(label, row, other, group_of[row])
+              for label, row, other in _pairs(space.vectors, [(row, groups[g]) for row, g in probes], space.tokens,
+                                              int(pairs))]
+    vector_release = defense in ("embedding", "snd")
+
+    def audit(row: int, other: int, group: str, label: str, n: int, level: float) -> PairAudit:
         distance = float(np.linalg.norm(space.vectors[row].astype(np.float64) - space.vectors[other]))
-        vector_release = defense in ("embedding", "snd")
         score = dchi_log_ratio(space.vectors[row], space.vectors[other]) if vector_release else None
-        group = group_of.get(row, "")
-        report.pairs.append(audit_pair(sampler(row, group), sampler(other, group), claim=eta * distance,
-                                       n=int(samples), alpha=alpha / len(chosen), rng=rng, label=label,
-                                       distance=distance, score=score))
+        return audit_pair(sampler(row, group), sampler(other, group), claim=eta * distance, n=n, alpha=level,
+                          rng=rng, label=label, distance=distance, score=score)
+
+    if search:  # screen random pairs on few releases; audit the most suspicious one on fresh releases
+        screen = max(samples // 10, minimum_samples(alpha / 4))
+        rows = np.concatenate(list(groups.values()))
+        best, best_ratio = None, -1.0
+        for row in rng.choice(rows, size=int(search), replace=False).tolist():
+            group = next(g for g, members in groups.items() if row in members)
+            own = np.linalg.norm(space.vectors[groups[group]].astype(np.float64) - space.vectors[row], axis=1)
+            own[groups[group] == row] = np.inf
+            other = int(groups[group][int(np.argmin(own))])
+            screened = audit(row, other, group, "screen", screen, alpha)
+            ratio = screened.lower_bound / max(screened.claim, 1e-12)
+            if ratio > best_ratio:
+                best, best_ratio = (row, other, group), ratio
+        row, other, group = best
+        chosen.append((f"found by a search over {search} pairs: {space.tokens[row]} / {space.tokens[other]}",
+                       row, other, group))
+    for label, row, other, group in chosen:
+        report.pairs.append(audit(row, other, group, label, int(samples), alpha / len(chosen)))
     if defense in ("pct2t", "rapt"):  # the claimed support: a word of the input's own category, never another
-        for row in dict.fromkeys(row for _, row, _ in chosen):
-            group = group_of[row]
+        for row, group in dict.fromkeys((row, group) for _, row, _, group in chosen):
             report.pairs.append(audit_support(sampler(row, group), groups[group], n=int(samples), rng=rng,
                                               label=f"support: {space.tokens[row]} stays a {group}"))
     report.seconds = time.perf_counter() - started
