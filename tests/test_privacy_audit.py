@@ -178,13 +178,15 @@ def test_audit_command(capsys, tmp_path):
 
     out = tmp_path / "audit.json"
     assert main(["audit", "--defense", "embedding", "--set", "eta=5", "--samples", "1000", "--pairs", "2",
-                 "--out", str(out)]) == 0
+                 "--search", "0", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "nearest neighbour: good /" in printed and "verdict: ok" in printed
     doc = json.loads(out.read_text(encoding="utf-8"))
     assert [p["verdict"] for p in doc["pairs"]] == ["ok", "ok"] and doc["pairs"][1]["claim"] == 0.0
-    assert main(["audit", "--defense", "pct2t", "--set", "eta=10", "--samples", "1000", "--pairs", "2"]) == 0
-    assert "support: doctor stays a noun" in capsys.readouterr().out
+    assert main(["audit", "--defense", "pct2t", "--set", "eta=10", "--samples", "1000", "--pairs", "2",
+                 "--search", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "support: doctor stays a noun" in printed and "found by a search over 3 pairs" in printed
     assert main(["audit", "--defense", "identity"]) == 2
     assert "no stated guarantee" in capsys.readouterr().err
     assert main(["audit", "--defense", "t2t", "--alpha", "0"]) == 2
@@ -252,7 +254,7 @@ def test_report_shows_audit_documents(tmp_path):
     from rapt_audit.pipeline.privacy_audit import audit_defense
     from rapt_audit.reporting.report import write_report
 
-    report = audit_defense("embedding", {"eta": 5}, samples=1_000, pairs=2)
+    report = audit_defense("embedding", {"eta": 5}, samples=1_000, pairs=2, search=0)
     write_json_atomic(tmp_path / "audit-embedding.json", report.to_json())
     (tmp_path / "audit-broken.json").write_text('{"defense": "t2t"}', encoding="utf-8")
     write_report([tmp_path], out=tmp_path / "report.html")

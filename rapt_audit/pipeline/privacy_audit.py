@@ -151,7 +151,10 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
                               seed=seed, model=model, started=started)
     engine = token_engine(ctx)
     space = engine.space
-    groups = _groups(defense, plugin, ctx, space)
+    # Pairs are drawn among words that are one token of their own: the defenses that privatize text
+    # (PCT2T's word vectors, the embedding defenses' tokenizer) then release exactly the audited row.
+    alone = np.array([ids == [int(i)] for ids, i in zip(engine.token_ids(list(space.tokens)), space.token_ids)])
+    groups = {g: rows[alone[rows]] for g, rows in _groups(defense, plugin, ctx, space).items()}
     probes = []
     for ids in engine.token_ids(list(PROBES)):
         row = int(space.rows_of(np.array(ids))[0]) if len(ids) == 1 else -1
@@ -178,7 +181,7 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
         screen = max(samples // 10, minimum_samples(alpha / 4))
         rows = np.concatenate(list(groups.values()))
         best, best_ratio = None, -1.0
-        for row in rng.choice(rows, size=int(search), replace=False).tolist():
+        for row in rng.choice(rows, size=min(len(rows), int(search)), replace=False).tolist():
             group = next(g for g, members in groups.items() if row in members)
             own = np.linalg.norm(space.vectors[groups[group]].astype(np.float64) - space.vectors[row], axis=1)
             own[groups[group] == row] = np.inf
