@@ -8,6 +8,9 @@ The public API is small and cheap to import (no torch until a plugin needs it)::
     from rapt_audit import privatize                # the user's side: run a defense on one's own text
     texts, record = privatize(["my rent is due on friday"], "pct2t", eta=75, seed=1)
 
+    from rapt_audit import audit_defense            # lower bounds on a mechanism's privacy loss vs its claim
+    report = audit_defense("t2t", {"eta": 5}, samples=2000, pairs=2)
+
 The package is layered (see ARCHITECTURE.md); this module only re-exports the public names.
 """
 
@@ -17,7 +20,8 @@ from rapt_audit.api.types import Attack, AttackerData, AttackResult, Defense, Es
 from rapt_audit.api.version import __version__
 from rapt_audit.pipeline.config import RunConfig, build_config
 from rapt_audit.pipeline.runner import run
+from rapt_audit.pipeline.privacy_audit import audit_defense
 from rapt_audit.pipeline.user_side import Privatizer, privatize
 
 __all__ = ["Attack", "AttackResult", "AttackerData", "Defense", "Estimate", "Privatizer", "Record", "Release",
-           "RunConfig", "Skip", "Span", "__version__", "build_config", "privatize", "run"]
+           "RunConfig", "Skip", "Span", "__version__", "audit_defense", "build_config", "privatize", "run"]

@@ -187,6 +187,9 @@ def test_audit_command(capsys, tmp_path):
                  "--search", "3"]) == 0
     printed = capsys.readouterr().out
     assert "support: doctor stays a noun" in printed and "found by a search over 3 pairs" in printed
+    assert main(["audit", "--defense", "t2t", "--set", "unit=word", "--set", "eta=10", "--samples", "500",
+                 "--pairs", "1", "--search", "0"]) == 0
+    assert "word of one word" in capsys.readouterr().out
     assert main(["audit", "--defense", "identity"]) == 2
     assert "no stated guarantee" in capsys.readouterr().err
     assert main(["audit", "--defense", "t2t", "--alpha", "0"]) == 2

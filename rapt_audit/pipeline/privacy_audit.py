@@ -8,7 +8,7 @@ strongest), against words at the 10 %, 50 % and 90 % distance quantiles, and a n
 (x = x', claim 0). ``alpha`` is divided among the pairs (Bonferroni), so the whole audit's
 statement holds at confidence ``1 − alpha``.
 
-Audited today: ``t2t`` (token unit: the nearest-word release), ``pct2t`` and ``rapt`` (a word against
+Audited today: ``t2t`` (token unit: the nearest-token release; word unit: the nearest whole word), ``pct2t`` and ``rapt`` (a word against
 words of its own POS category, plus the claimed support: every release stays in the input's
 category), ``embedding`` (the noisy token vector), ``snd`` (the client's clipped noisy upload;
 clipping is post-processing, so the claim is the same), and ``dpnr`` and ``cape`` (their Laplace
@@ -32,12 +32,12 @@ from rapt_audit.api.version import __version__
 from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.audit import PairAudit, audit_pair, audit_support, dchi_log_ratio, minimum_samples
-from rapt_audit.mechanisms.engines import pos_groups, token_engine, word_engine
+from rapt_audit.mechanisms.engines import pos_groups, token_engine, whole_word_rows, word_engine
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 from rapt_audit.scoring.bounds import check_alpha
 
 #: Defenses the audit runs, and what it audits of each.
-AUDITED = {"t2t": "the released word of one token (unit=token)",
+AUDITED = {"t2t": "the released token of one token (unit=token) or word of one word (unit=word)",
            "pct2t": "the released word of one word, within its POS category",
            "rapt": "PCT2T's released word, which RAPT uses for the text and its plain tokens",
            "embedding": "the noisy embedding of one token",
@@ -137,8 +137,6 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
         raise UsageError(f"--pairs must be at least 1 and --search at least 0, got {pairs} and {search}")
     load()
     plugin = make_plugin(DEFENSES, defense, dict(params or {}))
-    if getattr(plugin, "unit", "token") != "token":
-        raise UsageError("the audit covers t2t with unit=token; word-level t2t is not audited yet")
     laplace = defense in ("dpnr", "cape")
     eta = float(plugin.epsilon / plugin.sensitivity if laplace else plugin.eta)
     if math.isinf(eta):
@@ -257,6 +255,8 @@ def _audit_laplace(defense: str, plugin: Any, ctx: RunContext, scale: float, *, 
 
 def _groups(defense: str, plugin: Any, ctx: RunContext, space: Any) -> dict[str, np.ndarray]:
     """Group → candidate rows: PCT2T's selected POS categories, or the whole vocabulary as one group."""
+    if defense == "t2t" and plugin.unit == "word":
+        return {"word": whole_word_rows(space)}
     if defense in ("pct2t", "rapt"):
         return {category: rows for category, rows in pos_groups(ctx).items() if category in plugin.categories}
     return {"vocabulary": np.arange(len(space.tokens))}
@@ -266,12 +266,14 @@ def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callab
     """``sampler(row, group)(n, rng)``: ``n`` releases of the vocabulary word at ``row``, by the defense's own code."""
     space = engine.space
 
-    def t2t(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
+    def t2t(row: int, group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
+        if plugin.unit == "word":  # one word, decoded among the whole-word tokens
+            return words_of(row, group, "word")
         token_id = np.full(1, space.token_ids[row], dtype=np.int64)
         return lambda n, rng: engine.privatize_ids(np.repeat(token_id, n), eta=plugin.eta, rng=rng)
 
-    def pct2t(row: int, group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
-        words = word_engine(ctx, "pos")
+    def words_of(row: int, group: str, grouping: str) -> Callable[[int, np.random.Generator], np.ndarray]:
+        words = word_engine(ctx, grouping)
         row_of = {token: r for r, token in enumerate(space.tokens)}
 
         def sample(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -287,5 +289,8 @@ def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callab
     def snd(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
         clean = space.vectors[row][None, :]
         return lambda n, rng: plugin.upload(np.repeat(clean, n, axis=0), rng=rng, ctx=ctx)
+
+    def pct2t(row: int, group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
+        return words_of(row, group, "pos")
 
     return {"t2t": t2t, "pct2t": pct2t, "rapt": pct2t, "embedding": embedding, "snd": snd}[defense]
