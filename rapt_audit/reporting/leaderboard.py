@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,8 +22,17 @@ from rapt_audit.reporting.collect import Collection, collect
 from rapt_audit.reporting.summary import Group, fmt_estimate, group_results
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _cell(text: object) -> str:
+    """``text`` as literal Markdown text on one line: no markup, links or table syntax from a result survives."""
+    flat = " ".join(str(text).split())
+    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # Underscores stay: inside names (random_guess) they never form emphasis, and nothing else can.
+    return re.sub(r"([\\`*\[\]|])", r"\\\1", flat)
+
+
+def _name(name: str) -> str:
+    """A name or signature as code when it holds no markup, else as escaped text (a backtick would end the code)."""
+    return f"`{name}`" if re.fullmatch(r"[\w.:@/=,+|-]+", str(name)) else _cell(name)
 
 
 def _short_sha(sha: str) -> str:
@@ -40,15 +50,16 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
     measured = group.measured_attacks
     splits = "/".join(str(ds.get("splits", {}).get(k, "?"))
                       for k in ("victim_train", "victim_test", "attacker_train", "attacker_valid"))
-    lines = [f"## {ds.get('name')} · profile {first.config.get('profile')} · model {first.config.get('model')}",
+    lines = [f"## {_cell(ds.get('name'))} · profile {_cell(first.config.get('profile'))} · "
+             f"model {_cell(first.config.get('model'))}",
              "",
-             f"Signature `{group.signature}` · splits victim train/test, attacker train/valid = {splits}"
+             f"Signature {_name(group.signature)} · splits victim train/test, attacker train/valid = {splits}"
              + (f" · {_link(report, group.anchor)}" if report else ""), ""]
     if any(r.synthetic for r in group.rows):
         lines += ["> **WARNING: SYNTHETIC DEMO DATA.** These rows come from the generated demo corpus and say "
                   "nothing about real-world privacy.", ""]
     util = group.utility_metrics
-    head = ["defense", "setting", "seeds"] + [f"{m} ↑" for m in util] + [f"{a} ↑" for a in measured]
+    head = ["defense", "setting", "seeds"] + [f"{_cell(m)} ↑" for m in util] + [f"{_cell(a)} ↑" for a in measured]
     head += ["report"] if report else []
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3 - bool(report))
                                                              + (["---"] if report else [])) + "|"]
@@ -61,10 +72,11 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
             cells.append("skipped" if isinstance(est, Skip) or est is None else fmt_estimate(est))
         if report:
             cells.append(_link(report, row.anchor))
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        cells[:2] = [_cell(c) for c in cells[:2]]  # the defense and setting come from the result file
+        lines.append("| " + " | ".join(cells) + " |")
     if group.skipped_attacks:
         lines += ["", "Not applicable here: " + "; ".join(
-            f"`{a}` ({_cell(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
+            f"{_name(a)} ({_cell(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
     return lines + [""]
 
 

@@ -84,7 +84,7 @@ def _summary_table(group: Group) -> str:
         flags += ' <span class="tag warn">synthetic</span>' if row.synthetic else ""
         cells = "".join(_est_cell(row.utility.get(m)) for m in util)
         cells += "".join(_est_cell(row.privacy.get(a)) for a in attacks)
-        body.append(f'<tr id="{row.anchor}"><th scope="row">{e(row.defense)}{flags}</th><td>{e(row.setting)}</td>'
+        body.append(f'<tr id="{e(row.anchor)}"><th scope="row">{e(row.defense)}{flags}</th><td>{e(row.setting)}</td>'
                     f'<td>{", ".join(map(str, row.seeds))}</td>{cells}</tr>')
     return (f'<table class="summary"><thead><tr><th>defense</th><th>setting</th><th>seeds</th>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
@@ -157,7 +157,7 @@ def _attack_detail(group: Group, attack: str) -> str:
         cells = "".join(_est_cell(row.metrics[attack].get(m)) for m in metric_names)
         body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>{_est_cell(outcome)}"
                     f"{cells}<td>{details}</td></tr>")
-    return (f"<section class='attack' id='{group.anchor}-attack-{e(attack)}'><h4>{e(attack)}</h4>{about}"
+    return (f"<section class='attack' id='{e(group.anchor)}-attack-{e(attack)}'><h4>{e(attack)}</h4>{about}"
             f"<table><thead><tr><th>defense</th><th>setting</th><th>empirical privacy ↑</th>{head}"
             f"<th>details (first seed)</th></tr></thead><tbody>{''.join(body)}</tbody></table></section>")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -87,7 +88,9 @@ class Row:
     def anchor(self) -> str:
         """A stable HTML id for the row (leaderboard links point at it)."""
         raw = json.dumps([self.signature, self.defense, self.params], sort_keys=True, default=str)
-        return f"row-{self.defense}-{hashlib.sha256(raw.encode('utf-8')).hexdigest()[:10]}"
+        # The name comes from a result file, which anyone can write: only [A-Za-z0-9_-] reach the id.
+        safe = re.sub(r"[^A-Za-z0-9_-]", "-", self.defense)
+        return f"row-{safe}-{hashlib.sha256(raw.encode('utf-8')).hexdigest()[:10]}"
 
 
 @dataclass
