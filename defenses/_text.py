@@ -22,6 +22,7 @@ from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.data.public import public_corpus
 from rapt_audit.mechanisms.calibration import ReplacementCount, check_target, find_eta
 from rapt_audit.mechanisms.noise import check_eta
+from rapt_audit.mechanisms.verbatim import verbatim_summary
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.customize import check_method, check_positions, resolve_settings
 from rapt_audit.utility.customized import customized_utility
@@ -135,9 +136,11 @@ class TextDefense(CheckedParams):
         """The privatized texts (deterministic for a given run seed and set of records)."""
         texts, count = self.privatize_records(records, ctx)
         eta = self.effective_eta(ctx)
+        originals = [pair_text(r.text, r.text_pair) for r in records]
         meta = {"mechanism": self.name, "eta": "inf" if math.isinf(eta) else eta,
                 "observed_replacement": None if math.isnan(count.rate) else count.rate,
-                "units_perturbed": count.perturbed, "units_dropped": count.dropped, **self._calibration,
+                "units_perturbed": count.perturbed, "units_dropped": count.dropped,
+                "verbatim": verbatim_summary(originals, texts, count), **self._calibration,
                 **({"customization": self._training} if self._training else {})}
         return Release(uids=[r.uid for r in records], texts=texts, meta=meta)
 

@@ -21,6 +21,7 @@ from rapt_audit.cli.audit import cmd_audit
 from rapt_audit.cli.calibrate import cmd_calibrate
 from rapt_audit.cli.privatize import cmd_privatize
 from rapt_audit.data import DATASETS
+from rapt_audit.mechanisms.verbatim import describe_verbatim
 from rapt_audit.pipeline import sweep
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.runner import run
@@ -120,6 +121,9 @@ def format_result(result: Any) -> str:
     lines.append(f"{'measure':<40} {'value':>8}   95% CI")
     for name, est in result.utility.items():
         lines.append(f"{'utility ' + name + ' ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
+    verbatim = (result.defense.get("release_meta") or {}).get("verbatim")
+    if verbatim:
+        lines.append(f"{'released verbatim':<40} {describe_verbatim(verbatim)}")
     for name, outcome in result.attacks.items():
         if isinstance(outcome, Skip):
             lines.append(f"{name + ' empirical privacy':<40} {'skipped':>8}   {outcome.reason}")

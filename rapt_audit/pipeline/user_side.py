@@ -32,6 +32,7 @@ from rapt_audit.api.types import Record
 from rapt_audit.api.version import __version__
 from rapt_audit.encoder.models import resolve_device
 from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.mechanisms.verbatim import sensitive_strings
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 
 #: What the user's device sends, by preference: the text itself, else token vectors, else one vector.
@@ -89,6 +90,7 @@ class Privatizer:
     counts: dict[str, Any] = field(default_factory=dict, init=False)
     records: int = field(default=0, init=False)
     segments: int = field(default=0, init=False)
+    sensitive: dict[str, dict[str, Any]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         load()
@@ -148,6 +150,7 @@ class Privatizer:
         if hasattr(self.plugin, "privatize_records"):  # text defenses: the text plus what was replaced
             out, count = self.plugin.privatize_records(records, self.ctx)
             self._add(count)
+            self.sensitive = sensitive_strings(texts, out, into=self.sensitive)
             return list(out)
         try:
             release = self.plugin.release(records, ctx=self.ctx)
@@ -197,6 +200,7 @@ class Privatizer:
             "epsilon": _jsonable_float(getattr(self.plugin, "epsilon", None)),
             "seed": self.seed, "model": self.model, "model_fingerprint": embedding_space(self.ctx).model_fingerprint,
             "records": self.records, "segments": self.segments, "units": counts,
+            "sensitive_strings_verbatim": self.sensitive,
             "observed_replacement": observed, "seconds": round(time.perf_counter() - self._started, 3), **extra}
 
 
