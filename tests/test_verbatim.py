@@ -43,3 +43,18 @@ def test_text_release_records_the_verbatim_summary(ctx, synthetic_splits):
     verbatim = defense.release(synthetic_splits.victim_test, ctx=ctx).meta["verbatim"]
     assert verbatim["units_unchanged_share"] == 1.0 and verbatim["units"] > 100
     assert set(verbatim["unchanged_share_by_category"]) >= {"noun", "verb", "determiner"}
+
+
+def test_report_shows_the_unchanged_share():
+    from pathlib import Path
+
+    from rapt_audit.reporting.collect import Collection, Loaded
+    from rapt_audit.reporting.report import build_report
+    from tests.result_factory import fake_result
+
+    plain = fake_result(eta=25)
+    assert "released unchanged" not in build_report(Collection(results=[Loaded(Path("a"), plain)])).html
+    text = fake_result(eta=75)
+    text.defense["release_meta"]["verbatim"] = {"units_unchanged_share": 0.8125}
+    page = build_report(Collection(results=[Loaded(Path("a"), plain), Loaded(Path("b"), text)])).html
+    assert "released unchanged" in page and "81.2 %" in page and "—" in page

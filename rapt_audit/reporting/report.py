@@ -78,12 +78,17 @@ def _summary_table(group: Group) -> str:
     util, attacks = group.utility_metrics, group.measured_attacks
     head = "".join(f"<th>{e(m)} {arrow(m)}</th>" for m in util)
     head += "".join(f'<th>{e(a)} ↑<span class="sub">empirical privacy</span></th>' for a in attacks)
+    verbatim = any(row.unchanged_share is not None for row in group.rows)
+    head += '<th>released unchanged<span class="sub">share of units sent as they were</span></th>' if verbatim else ""
     body = []
     for row in group.rows:
         flags = ' <span class="tag">no privacy</span>' if row.no_privacy else ""
         flags += ' <span class="tag warn">synthetic</span>' if row.synthetic else ""
         cells = "".join(_est_cell(row.utility.get(m)) for m in util)
         cells += "".join(_est_cell(row.privacy.get(a)) for a in attacks)
+        if verbatim:
+            share = row.unchanged_share
+            cells += f'<td class="num">{"—" if share is None else f"{100 * share:.1f} %"}</td>'
         body.append(f'<tr id="{e(row.anchor)}"><th scope="row">{e(row.defense)}{flags}</th><td>{e(row.setting)}</td>'
                     f'<td>{", ".join(map(str, row.seeds))}</td>{cells}</tr>')
     return (f'<table class="summary"><thead><tr><th>defense</th><th>setting</th><th>seeds</th>{head}</tr></thead>'

@@ -69,6 +69,12 @@ class Row:
         return dict(self.runs[0].result.defense.get("release_meta", {}))
 
     @property
+    def unchanged_share(self) -> float | None:
+        """Share of units a text defense released unchanged (first run; ``None`` for other defenses)."""
+        value = (self.release_meta.get("verbatim") or {}).get("units_unchanged_share")
+        return None if value is None else float(value)
+
+    @property
     def privacy_level(self) -> float:
         """The numeric privacy parameter for ordering (η or ε; ``inf`` = none; NaN if unknown)."""
         for key in ("eta", "epsilon"):
