@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def format_report(report: AuditReport) -> str:
     """A plain-text table: one line per pair, the claim next to the lower bound, then the verdict."""
-    lines = [f"audit of {report.defense} at {report.parameter}={report.eta:g}: {AUDITED[report.defense]}; "
+    lines = [f"audit of {report.defense} at {report.parameter}={report.scale:g}: {AUDITED[report.defense]}; "
              f"{report.samples} + {report.samples} releases per input, alpha={report.alpha:g} over "
              f"{sum(p.alpha > 0 for p in report.pairs)} pair(s)",
              f"{'pair':<52} {'d(x,x′)':>8} {'claim':>8} {'ε lower':>8} {'ceiling':>8}  verdict"]

@@ -92,15 +92,18 @@ def resolve_model_path(spec: str) -> str:
 def weights_fingerprint(path: str, *, cache_dir: Path | None = None) -> str:
     """sha256 over the weight files of a local model directory (the id itself for hub models).
 
-    With ``cache_dir``, the digest is remembered under ``cache_dir/fingerprints/`` keyed by each
-    file's resolved path, size and modification time, so a warm start does not re-read ~90 MB of
-    weights; a changed file has a new key and is hashed again.
+    The files are hashed once per process for a given stamp (each file's resolved path, size and
+    modification time). With ``cache_dir`` the digest is also remembered on disk under
+    ``cache_dir/fingerprints/``, so a warm start does not re-read ~90 MB of weights; a changed file
+    has a new stamp and is hashed again.
     """
     root = Path(path)
     files = sorted(p for pattern in ("*.safetensors", "*.bin") for p in root.glob(pattern)) if root.is_dir() else []
+    if not files:
+        return hashlib.sha256(path.encode("utf-8")).hexdigest()
+    stamp = json.dumps([[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files])
     entry = None
-    if cache_dir is not None and files:
-        stamp = json.dumps([[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+    if cache_dir is not None:
         entry = Path(cache_dir) / "fingerprints" / f"{hashlib.sha256(stamp.encode('utf-8')).hexdigest()[:32]}.txt"
         try:
             known = entry.read_text(encoding="ascii").strip()
@@ -108,17 +111,21 @@ def weights_fingerprint(path: str, *, cache_dir: Path | None = None) -> str:
                 return known
         except (OSError, ValueError):
             pass
-    digest = hashlib.sha256()
-    if not files:
-        digest.update(path.encode("utf-8"))
-    for file in files:
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    value = digest.hexdigest()
+    value = _hash_files(stamp)
     if entry is not None:
         write_cache_atomic(entry, lambda handle: handle.write(value.encode("ascii")))
     return value
+
+
+@functools.lru_cache(maxsize=8)
+def _hash_files(stamp: str) -> str:
+    """sha256 over the bytes of the files named in ``stamp`` (a JSON list of [path, size, mtime])."""
+    digest = hashlib.sha256()
+    for name, _size, _mtime in json.loads(stamp):
+        with open(name, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 @functools.lru_cache(maxsize=8)

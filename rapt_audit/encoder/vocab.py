@@ -23,7 +23,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -216,24 +216,25 @@ def _load(cache_dir: Path, fingerprint: str) -> EmbeddingSpace | None:
                           meta.get("unk_id"), all_vectors)
 
 
-def load_embedding_space(model: LoadedModel, *, cache_dir: Path) -> EmbeddingSpace:
-    """The model's embedding space from the disk cache, built (and cached) on a miss."""
-    space = _load(cache_dir, model.fingerprint)
+def _load_or_build(cache_dir: Path, fingerprint: str, model: Callable[[], LoadedModel]) -> EmbeddingSpace:
+    """The cached space of ``fingerprint``; on a miss, built from ``model()`` and cached."""
+    space = _load(cache_dir, fingerprint)
     if space is None:
-        space = build_embedding_space(model)
+        space = build_embedding_space(model())
         _save(space, cache_dir)
     return space
+
+
+def load_embedding_space(model: LoadedModel, *, cache_dir: Path) -> EmbeddingSpace:
+    """The model's embedding space from the disk cache, built (and cached) on a miss."""
+    return _load_or_build(cache_dir, model.fingerprint, lambda: model)
 
 
 def embedding_space(ctx: RunContext) -> EmbeddingSpace:
     """The run's embedding space, built once per run (and once per model on disk).
 
-    A warm cache is read without loading the encoder (or importing transformers), which keeps the
-    user's set-up short; only a miss loads the model to build it.
+    A warm cache is read by the weights' fingerprint without loading the encoder (or importing
+    transformers), which keeps the user's set-up short; only a miss loads the model to build it.
     """
-
-    def build() -> EmbeddingSpace:
-        cached = _load(ctx.cache_dir, model_fingerprint(ctx.model, cache_dir=ctx.cache_dir))
-        return cached if cached is not None else load_embedding_space(ctx.encoder(), cache_dir=ctx.cache_dir)
-
-    return ctx.shared(("embedding_space", ctx.model), build)
+    return ctx.shared(("embedding_space", ctx.model), lambda: _load_or_build(
+        ctx.cache_dir, model_fingerprint(ctx.model, cache_dir=ctx.cache_dir), ctx.encoder))

@@ -85,8 +85,13 @@ class RunContext:
         return self._memo[key]
 
     def tokenizer(self) -> Any:
-        """The model's tokenizer, without loading the encoder where the model ships a ``tokenizer.json``."""
-        return self.shared(("tokenizer", self.model), lambda: load_tokenizer(self.model))
+        """The model's tokenizer, without loading the encoder where the model ships a ``tokenizer.json``.
+
+        When the run has already loaded the encoder, its tokenizer is reused rather than read again.
+        """
+        loaded = self._memo.get(("encoder", self.model, self.device))
+        return self.shared(("tokenizer", self.model),
+                           lambda: loaded.tokenizer if loaded is not None else load_tokenizer(self.model))
 
     def encoder(self) -> LoadedModel:
         """The run's pretrained encoder and tokenizer, loaded once per process (offline) and shared.

@@ -56,14 +56,14 @@ class AuditReport:
 
     defense: str
     params: Mapping[str, Any]
-    eta: float
+    scale: float
     alpha: float
     samples: int
     seed: int
     model_fingerprint: str
     pairs: list[PairAudit] = field(default_factory=list)
     seconds: float = 0.0
-    parameter: str = "eta"  # what ``eta`` holds: claim = eta · d(x, x'); "epsilon/sensitivity" for Laplace
+    parameter: str = "eta"  # the name of ``scale``: claim = scale · d(x, x'); "epsilon/sensitivity" for Laplace
 
     @property
     def verdict(self) -> str:
@@ -73,7 +73,7 @@ class AuditReport:
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-able document."""
         return {"tool": f"rapt-audit audit {__version__}", "defense": self.defense, "audits": AUDITED[self.defense],
-                "params": dict(self.params), "claim_per_unit_distance": {self.parameter: self.eta}, "alpha": self.alpha,
+                "params": dict(self.params), "claim_per_unit_distance": {self.parameter: self.scale}, "alpha": self.alpha,
                 "samples_per_input": {"select": self.samples, "evaluate": self.samples}, "seed": self.seed,
                 "model_fingerprint": self.model_fingerprint, "verdict": self.verdict,
                 "pairs": [p.to_json() for p in self.pairs], "seconds": round(self.seconds, 2)}
@@ -92,6 +92,13 @@ def _check_defense(defense: str) -> None:
                      f"audited defenses: {audited}")
 
 
+def _nearest(vectors: np.ndarray, row: int, rows: np.ndarray) -> int:
+    """The row among ``rows`` (other than ``row`` itself) whose vector is nearest to row's."""
+    own = np.linalg.norm(vectors[rows].astype(np.float64) - vectors[row].astype(np.float64), axis=1)
+    own[rows == row] = np.inf
+    return int(rows[int(np.argmin(own))])
+
+
 def _pairs(vectors: np.ndarray, probes: list[tuple[int, np.ndarray]], tokens: tuple[str, ...],
            count: int) -> list[tuple[str, int, int]]:
     """(label, row of x, row of x') of the audited pairs, in a fixed order (see the module docstring).
@@ -104,9 +111,7 @@ def _pairs(vectors: np.ndarray, probes: list[tuple[int, np.ndarray]], tokens: tu
 
     nearest = []
     for row, rows in probes:
-        own = distances(row, rows)
-        own[rows == row] = np.inf
-        other = int(rows[int(np.argmin(own))])
+        other = _nearest(vectors, row, rows)
         nearest.append((f"nearest neighbour: {tokens[row]} / {tokens[other]}", row, other))
     first, rows = probes[0]
     order = rows[np.argsort(distances(first, rows), kind="stable")]
@@ -135,7 +140,6 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     alpha = check_alpha(alpha)
     if int(pairs) < 1 or int(search) < 0:
         raise UsageError(f"--pairs must be at least 1 and --search at least 0, got {pairs} and {search}")
-    load()
     plugin = make_plugin(DEFENSES, defense, dict(params or {}))
     laplace = defense in ("dpnr", "cape")
     eta = float(plugin.epsilon / plugin.sensitivity if laplace else plugin.eta)
@@ -181,9 +185,7 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
         best, best_ratio = None, -1.0
         for row in rng.choice(rows, size=min(len(rows), int(search)), replace=False).tolist():
             group = next(g for g, members in groups.items() if row in members)
-            own = np.linalg.norm(space.vectors[groups[group]].astype(np.float64) - space.vectors[row], axis=1)
-            own[groups[group] == row] = np.inf
-            other = int(groups[group][int(np.argmin(own))])
+            other = _nearest(space.vectors, row, groups[group])
             screened = audit(row, other, group, "screen", screen, alpha)
             ratio = screened.lower_bound / max(screened.claim, 1e-12)
             if ratio > best_ratio:

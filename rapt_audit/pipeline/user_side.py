@@ -19,26 +19,22 @@ length of tokens of a text anyway.
 
 from __future__ import annotations
 
-import math
-import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.params import get_params, make_plugin
+from rapt_audit.api.params import get_params, make_plugin, to_jsonable
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.types import Record
 from rapt_audit.api.version import __version__
-from rapt_audit.encoder.models import resolve_device
-from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.encoder.models import model_fingerprint, resolve_device
+from rapt_audit.mechanisms.calibration import ReplacementCount
 from rapt_audit.mechanisms.verbatim import sensitive_strings
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 
 #: What the user's device sends, by preference: the text itself, else token vectors, else one vector.
 USER_KINDS = ("texts", "token_embeddings", "sequence_embeddings")
-_COUNT_KEYS = ("perturbed", "replaced", "dropped", "passed")
-_SPLIT_AT = re.compile(r"\s+")
 
 
 def segments_of(text: str, max_segment: int) -> list[str]:
@@ -87,7 +83,7 @@ class Privatizer:
     max_segment: int = 5_000
     batch_records: int = 256
     batch_chars: int = 20_000
-    counts: dict[str, Any] = field(default_factory=dict, init=False)
+    count: ReplacementCount = field(default_factory=ReplacementCount, init=False)
     records: int = field(default=0, init=False)
     segments: int = field(default=0, init=False)
     sensitive: dict[str, dict[str, Any]] | None = field(default=None, init=False)
@@ -99,7 +95,6 @@ class Privatizer:
         self.kind = kinds[0]
         self.ctx = RunContext(seed=self.seed, profile="cpu", device=resolve_device(self.device), model=self.model,
                               cache_dir=default_cache_dir(), data_dir=self.data_dir)
-        self.counts = {key: 0 for key in _COUNT_KEYS} | {"by_category": {}}
         self._started = time.perf_counter()
         # The privacy parameter in force: a calibrated η (replacement=...), else the declared η or ε.
         self.eta = (self.plugin.effective_eta(self.ctx) if hasattr(self.plugin, "effective_eta")
@@ -149,7 +144,7 @@ class Privatizer:
             return []
         if hasattr(self.plugin, "privatize_records"):  # text defenses: the text plus what was replaced
             out, count = self.plugin.privatize_records(records, self.ctx)
-            self._add(count)
+            self.count.add(count)
             self.sensitive = sensitive_strings(texts, out, into=self.sensitive)
             return list(out)
         try:
@@ -159,20 +154,12 @@ class Privatizer:
                              "part is trained by the service; privatize supports defenses whose release needs "
                              "no training (identity, t2t, pct2t, rapt, embedding, dpnr, snd)") from None
         if self.kind == "texts":  # a text defense without a replacement count (identity)
-            self.counts["passed"] += sum(len(t.split()) for t in release.texts)
+            self.count.passed += sum(len(t.split()) for t in release.texts)
             return list(release.texts)
-        self.counts["perturbed"] += sum(len(v) for v in release.token_embeddings or ()) or len(records)
+        self.count.perturbed += sum(len(v) for v in release.token_embeddings or ()) or len(records)
         if self.kind == "token_embeddings":
             return [v.astype("float64").round(6).tolist() for v in release.token_embeddings]
         return [list(v) for v in release.sequence_embeddings.astype("float64").round(6).tolist()]
-
-    def _add(self, count: Any) -> None:
-        for key in _COUNT_KEYS:
-            self.counts[key] += int(getattr(count, key, 0))
-        for category, values in getattr(count, "by_category", {}).items():
-            mine = self.counts["by_category"].setdefault(category, {})
-            for key, value in values.items():
-                mine[key] = mine.get(key, 0) + int(value)
 
     def stream(self, texts: Iterable[str]) -> Iterator[Any]:
         """Privatized outputs of ``texts`` in order, privatized in batches of bounded size."""
@@ -189,23 +176,18 @@ class Privatizer:
 
     def summary(self, **extra: Any) -> dict[str, Any]:
         """The sidecar record: mechanism, parameters, η, seed, model fingerprint and the counts."""
-        counts = dict(self.counts)
-        perturbed = counts["perturbed"]
-        observed = counts["replaced"] / perturbed if perturbed and self.kind == "texts" else None
-        eta = self.eta
+        count = self.count
+        observed = count.rate if count.perturbed and self.kind == "texts" else None
         return {
             "tool": f"rapt-audit privatize {__version__}", "defense": self.defense,
             "params": get_params(self.plugin), "release_kind": self.kind,
-            "eta": _jsonable_float(None if eta is None else float(eta)),
-            "epsilon": _jsonable_float(getattr(self.plugin, "epsilon", None)),
-            "seed": self.seed, "model": self.model, "model_fingerprint": embedding_space(self.ctx).model_fingerprint,
-            "records": self.records, "segments": self.segments, "units": counts,
+            "eta": to_jsonable(None if self.eta is None else float(self.eta)),
+            "epsilon": to_jsonable(getattr(self.plugin, "epsilon", None)),
+            "seed": self.seed, "model": self.model,
+            "model_fingerprint": model_fingerprint(self.model, cache_dir=self.ctx.cache_dir),
+            "records": self.records, "segments": self.segments, "units": asdict(count),
             "sensitive_strings_verbatim": self.sensitive,
             "observed_replacement": observed, "seconds": round(time.perf_counter() - self._started, 3), **extra}
-
-
-def _jsonable_float(value: float | None) -> float | str | None:
-    return "inf" if isinstance(value, float) and math.isinf(value) else value
 
 
 def privatize(texts: Sequence[str] | str, defense: str = "pct2t", *, seed: int = 0, model: str = "minilm",

@@ -6,7 +6,7 @@ from html import escape as e
 from pathlib import Path
 from typing import Any
 
-from rapt_audit.reporting.collect import Collection
+from rapt_audit.reporting.collect import Collection, relative_path
 
 
 def _number(value: Any, digits: int) -> str:
@@ -28,13 +28,9 @@ def audit_docs_html(coll: Collection, base: Path) -> str:
             f"<td>{_number(p.get('claim'), 2)}</td><td>{_number(p.get('lower_bound'), 3)}</td>"
             f"<td>{_number(p.get('ceiling'), 2)}</td><td>{e(str(p.get('verdict')))}</td></tr>"
             for p in doc.get("pairs", []))
-        try:
-            where = str(path.resolve().relative_to(base.resolve()))
-        except ValueError:
-            where = str(path)
         samples = doc.get("samples_per_input", {})
         parts.append(f"<h3>{e(str(doc.get('defense')))}: {e(str(doc.get('verdict')))} "
-                     f"<small><code>{e(where)}</code></small></h3>"
+                     f"<small><code>{e(relative_path(path, base))}</code></small></h3>"
                      f"<p class='note'>{e(str(doc.get('audits', '')))}; {setting}; α = {e(str(doc.get('alpha')))}; "
                      f"{e(str(samples.get('select')))} + {e(str(samples.get('evaluate')))} releases per input; "
                      f"seed {e(str(doc.get('seed')))}.</p>"

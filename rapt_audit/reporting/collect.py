@@ -9,6 +9,7 @@ and the caller decides whether to go on (a report) or stop (the gate).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -113,6 +114,14 @@ def _kind_of(path: Path) -> str | None:
     return next((kind for kind in DOCUMENTS if path.name.startswith(kind)), None)
 
 
+def relative_path(path: Path, base: Path) -> str:
+    """``path`` relative to ``base`` as shown in reports (as given when no relative path exists)."""
+    try:
+        return os.path.relpath(path.resolve(), base.resolve())
+    except ValueError:  # another drive on Windows
+        return str(path)
+
+
 def collect(paths: Sequence[str | Path], *, calibrations: bool = True) -> Collection:
     """Read every result below ``paths`` (run dirs, sweep dirs or result files), in a stable order.
 
@@ -159,4 +168,4 @@ def collect(paths: Sequence[str | Path], *, calibrations: bool = True) -> Collec
     return out
 
 
-__all__ = ["DOCUMENTS", "Collection", "Loaded", "Problem", "collect"]
+__all__ = ["DOCUMENTS", "relative_path", "Collection", "Loaded", "Problem", "collect"]

@@ -27,7 +27,7 @@ from rapt_audit.api.version import __version__
 from rapt_audit.mechanisms.calibration import RAPT_TABLE_III
 from rapt_audit.pipeline.results import SYNTHETIC_WARNING
 from rapt_audit.reporting.audits import audit_docs_html
-from rapt_audit.reporting.collect import Collection, collect
+from rapt_audit.reporting.collect import Collection, collect, relative_path
 from rapt_audit.reporting.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
 from rapt_audit.reporting.style import CSP, STYLE
 from rapt_audit.reporting.summary import Group, group_results
@@ -175,7 +175,7 @@ def _provenance(group: Group, base: Path) -> str:
     for row, item in items:
         res, env = item.result, item.result.env
         rows.append(
-            f"<tr><td><code>{e(_relpath(item.path, base))}</code></td><td>{e(row.defense)} {e(row.setting)}</td>"
+            f"<tr><td><code>{e(relative_path(item.path, base))}</code></td><td>{e(row.defense)} {e(row.setting)}</td>"
             f"<td><code>{e(res.cell_id)}</code></td><td>{e(str(env.get('seed', res.config.get('seed'))))}</td>"
             f"<td><code>{e(str(env.get('git_sha')))}</code></td>"
             + ("" if shared else f"<td>{e(_versions_line(env))}</td>") +
@@ -193,13 +193,6 @@ def _provenance(group: Group, base: Path) -> str:
 def _versions_line(env: dict[str, Any]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in dict(env.get("versions", {})).items())
     return f"{versions}; Python {env.get('python', '?')} on {env.get('platform', '?')}"
-
-
-def _relpath(path: Path, base: Path) -> str:
-    try:
-        return os.path.relpath(path.resolve(), base.resolve())
-    except ValueError:  # another drive on Windows
-        return str(path)
 
 
 def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, base: Path) -> str:
@@ -243,7 +236,7 @@ def _calibration_docs_html(coll: Collection, figs: list[tuple[Any, list[Figure]]
             f"<td>{'' if r.get('rapt_table_iii_bert_base') is None else r['rapt_table_iii_bert_base']}</td></tr>"
             for r in doc.get("rows", []))
         parts.append(f"<h3>{e(str(doc.get('defense')))} on {e(str(doc.get('model')))} "
-                     f"<small><code>{e(_relpath(path, base))}</code></small></h3>"
+                     f"<small><code>{e(relative_path(path, base))}</code></small></h3>"
                      f"<p class='note'>corpus {e(str(doc.get('corpus')))} ({e(str(doc.get('corpus_sentences')))} "
                      f"sentences), seed {e(str(doc.get('seed')))}.</p>"
                      "<table><thead><tr><th>η</th><th>replacement probability</th><th>units</th>"

@@ -65,7 +65,7 @@ def test_end_to_end_throughput(benchmark, words_file, defense, unit):
     privatizer = Privatizer(defense, {"eta": 100})
     lines = words_file.read_text(encoding="utf-8").splitlines()
     list(privatizer.stream(lines[:5]))  # warm: engines and indexes built
-    warm_units = privatizer.counts["perturbed"] + privatizer.counts["passed"]
+    warm_units = privatizer.count.perturbed + privatizer.count.passed
     timings: list[float] = []
 
     def run() -> None:
@@ -75,7 +75,7 @@ def test_end_to_end_throughput(benchmark, words_file, defense, unit):
         assert len(out) == len(lines)
 
     benchmark.pedantic(run, rounds=3, iterations=1)
-    per_round = (privatizer.counts["perturbed"] + privatizer.counts["passed"] - warm_units) / len(timings)
+    per_round = (privatizer.count.perturbed + privatizer.count.passed - warm_units) / len(timings)
     benchmark.extra_info[f"{unit}_per_s_best"] = round(per_round / min(timings))
     benchmark.extra_info["target_per_s"] = 12_000
 
