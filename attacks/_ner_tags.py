@@ -3,7 +3,7 @@
 The NER attacks score at the level of *words*: :func:`tokenize_words` splits a text into runs of
 word characters and single punctuation marks, each with its character offsets. The same rule is
 applied to original and released texts, so the two word sequences can be aligned with
-:func:`rapt_audit.attacks._align.align`. CoNLL-2003 texts are tokens joined by single spaces; a CoNLL token
+:func:`rapt_audit.mechanisms.align.align`. CoNLL-2003 texts are tokens joined by single spaces; a CoNLL token
 such as ``U.S.`` becomes several words here, all inside the same entity, so entity counts are
 unchanged.
 

@@ -7,7 +7,7 @@ adversary observed for them:
 * ``token_embeddings`` releases are 1:1 with the original tokens (the embedding defense releases
   one noisy vector per tokenizer token), so original position i aligns with released position i;
 * ``texts`` releases are re-tokenized with the same tokenizer and aligned to the original tokens
-  with :func:`rapt_audit.attacks._align.align` (positional when the lengths match, difflib otherwise). The
+  with :func:`rapt_audit.mechanisms.align.align` (positional when the lengths match, difflib otherwise). The
   released vector of a released token is its (clean) input embedding — all a text release carries.
 
 Scoring counts *regular* original tokens only (those with a row in the embedding space;
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from rapt_audit.api.types import Estimate, Record, Release, Skip
-from rapt_audit.attacks._align import align
+from rapt_audit.mechanisms.align import align
 from rapt_audit.encoder.encode import pad_embeddings, token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.metrics import metric

@@ -3,7 +3,7 @@
 Scoring (shared by ``ner``, ``ner_adaptive`` and ``ner_spacy``), defined precisely:
 
 1. Original and released texts are split into words with :func:`rapt_audit.attacks._ner_tags.tokenize_words`
-   and aligned with :func:`rapt_audit.attacks._align.align` on their lower-cased forms.
+   and aligned with :func:`rapt_audit.mechanisms.align.align` on their lower-cased forms.
 2. Reference tags are the IOB2 tags of the record's gold entity spans over the *original* words.
    Datasets without gold spans (SST-2, Trustpilot) are scored against **silver** entities found
    by spaCy's NER (``en_core_web_sm``) in the original text; such results carry
@@ -24,7 +24,7 @@ original victim text: the leakage ceiling (what an unprotected user would leak).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -32,8 +32,8 @@ import numpy as np
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.params import CheckedParams, PositiveFloat, PositiveInt
 from rapt_audit.api.plugins import ATTACKS
-from rapt_audit.api.types import AttackerData, AttackResult, Estimate, Record, Release, Skip
-from rapt_audit.attacks._align import align
+from rapt_audit.api.types import AttackerData, AttackResult, Estimate, PerRecord, Record, Release, Skip
+from rapt_audit.mechanisms.align import align
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
 from rapt_audit.attacks._ner_tags import Word, iob_labels, load_spacy_ner, spacy_spans, spans_to_tags, tokenize_words
 from rapt_audit.data import load_dataset
@@ -85,7 +85,13 @@ def score(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]], *,
           rng: np.random.Generator, resamples: int = 1000) -> dict[str, Estimate]:
     """Entity precision, recall and F1 with percentile-bootstrap intervals over records."""
     counts = entity_counts(gold, predicted)
-    return {name: bootstrap_statistic(len(counts), lambda idx, k=k: _prf(counts[idx])[k], rng=rng, resamples=resamples)
+    tp, n_pred, n_true = counts.T.astype(float)
+    # Each measure is a ratio of per-record sums (F1 = 2·TP / (predicted + reference)); keeping the
+    # per-record parts lets the regression gate compare two runs record by record.
+    parts = (PerRecord(tuple(tp), tuple(n_pred)), PerRecord(tuple(tp), tuple(n_true)),
+             PerRecord(tuple(2 * tp), tuple(n_pred + n_true)))
+    return {name: replace(bootstrap_statistic(len(counts), lambda idx, k=k: _prf(counts[idx])[k], rng=rng,
+                                              resamples=resamples), per_record=parts[k])
             for k, name in enumerate(("entity_precision", "entity_recall", "entity_f1"))}
 
 

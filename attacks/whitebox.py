@@ -48,7 +48,7 @@ class WhiteboxAttack(CheckedParams):
       ``topk`` best guesses come from the nearest-neighbour index over the regular vocabulary;
     * ``texts`` — the released tokens *are* vocabulary entries, so the nearest neighbour of a
       released token is the token itself: the guess for an original token is its aligned released
-      token (model tokenizer, :func:`rapt_audit.attacks._align.align`). A single released token carries no
+      token (model tokenizer, :func:`rapt_audit.mechanisms.align.align`). A single released token carries no
       ranking, so top-k is not defined there and is not reported.
 
     Success is token accuracy over regular original tokens (unaligned originals count as misses);

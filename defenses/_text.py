@@ -7,6 +7,10 @@ test release the eavesdropper sees is the very text the service classifies.
 
 Privacy is set by ``eta`` or, equivalently, by a target word-replacement probability
 ``replacement``, which is turned into η by calibration on public text (never the victim's data).
+
+With ``pretrain=vanilla|prob|denoise`` the service first adapts its encoder to text privatized by the
+same mechanism at the same η (Qu et al., CIKM 2021; :mod:`rapt_audit.defenses._pretraining`); the
+release is unchanged.
 """
 
 from __future__ import annotations
@@ -17,14 +21,20 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.params import Check, CheckedParams
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.params import Check, CheckedParams, PositiveInt
 from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.data.public import public_corpus
 from rapt_audit.mechanisms.calibration import ReplacementCount, check_target, find_eta
+from rapt_audit.mechanisms.engines import tagger
 from rapt_audit.mechanisms.noise import check_eta
+from rapt_audit.mechanisms.pos import entity_mentions
+from rapt_audit.mechanisms.privatize import check_text
 from rapt_audit.mechanisms.verbatim import verbatim_summary
 from rapt_audit.pipeline.context import RunContext
+from rapt_audit.defenses._pretraining import adapted_encoder, read_corpus
 from rapt_audit.utility.customize import check_method, check_positions, resolve_settings
+from rapt_audit.utility.pretraining import check_objective, resolve_pretrain_settings
 from rapt_audit.utility.customized import customized_utility
 from rapt_audit.utility.probes import bow_probe_utility, pair_text, require_labels
 
@@ -46,6 +56,10 @@ class TextDefense(CheckedParams):
         replacement: If set, a target word-replacement probability in (0, 1) that overrides
             ``eta``: η is calibrated on public text at fit time and recorded in the release.
         method: ``bow`` or the customization method of the service's utility model.
+        pretrain: ``none``, or the privacy-adaptive pretraining objective of the service's encoder
+            (``vanilla``, ``prob``, ``denoise``); needs a customization method, not ``bow``.
+        pretrain_steps: Pretraining steps (None: the profile's default).
+        pretrain_corpus: A public text file to pretrain on, one passage per line (None: WikiText-2).
     """
 
     name: ClassVar[str] = "text"
@@ -60,6 +74,9 @@ class TextDefense(CheckedParams):
     batch_size: int | None = None
     max_length: int | None = None
     virtual_tokens: int | None = None
+    pretrain: Annotated[str, Check(check_objective)] = "none"
+    pretrain_steps: PositiveInt | None = None
+    pretrain_corpus: str | None = None
     _training: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _eta: float | None = field(default=None, init=False, repr=False)
     _calibration: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -101,6 +118,12 @@ class TextDefense(CheckedParams):
         The settings are checked here, before any privatization, so that a prompt too long for the
         model fails in a second rather than after minutes of work.
         """
+        if self.pretrain != "none" and self.method == "bow":
+            raise UsageError(f"pretrain={self.pretrain} adapts the service's encoder, and method=bow uses none (a "
+                             "bag-of-words probe); choose method=prompt, prefix, lora or full")
+        if self.pretrain != "none":  # fail now, not after the privatization of every split
+            resolve_pretrain_settings(self.pretrain, ctx.profile, {"steps": self.pretrain_steps})
+            read_corpus(ctx, self.pretrain_corpus)
         if self.method != "bow":
             settings = resolve_settings(self.method, ctx.profile, self.training_overrides())
             plain = self.customization_options(ctx).get("plain")
@@ -119,6 +142,8 @@ class TextDefense(CheckedParams):
         """
         key = uid_key(records)
         if key not in self._released:
+            for r in records:  # before spaCy or the tokenizer fail on it deep inside
+                check_text(pair_text(r.text, r.text_pair), name=f"record {r.uid!r}")
             rng = ctx.rng("release", self.name, key)
             eta = self.effective_eta(ctx)
             texts, count = self.privatize([r.text for r in records], eta=eta, rng=rng, ctx=ctx)
@@ -140,7 +165,8 @@ class TextDefense(CheckedParams):
         meta = {"mechanism": self.name, "eta": "inf" if math.isinf(eta) else eta,
                 "observed_replacement": None if math.isnan(count.rate) else count.rate,
                 "units_perturbed": count.perturbed, "units_dropped": count.dropped,
-                "verbatim": verbatim_summary(originals, texts, count), **self._calibration,
+                "verbatim": verbatim_summary(originals, texts, count, entities=entity_mentions(tagger(ctx), originals)),
+                **self._calibration,
                 **({"customization": self._training} if self._training else {})}
         return Release(uids=[r.uid for r in records], texts=texts, meta=meta)
 
@@ -162,9 +188,12 @@ class TextDefense(CheckedParams):
         if self.method == "bow":
             return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", self.name))
 
+        loaded, pretraining = adapted_encoder(self, ctx) if self.pretrain != "none" else (None, None)
         estimates, self._training = customized_utility(
             train_texts, y_train, test_texts, y_test, method=self.method, overrides=self.training_overrides(),
-            ctx=ctx, key=self.name, **self.customization_options(ctx))
+            ctx=ctx, key=self.name, loaded=loaded, **self.customization_options(ctx))
+        if pretraining is not None:
+            self._training["pretraining"] = pretraining
         return estimates
 
     def customization_options(self, ctx: RunContext) -> dict[str, Any]:

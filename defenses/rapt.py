@@ -97,15 +97,22 @@ class RAPTDefense(PCT2TDefense):
 
     def add_public_prefix(self, texts: list[str], *, eta: float, rng: np.random.Generator,
                           ctx: RunContext) -> list[str]:
-        """Prepend each text's own PCT2T privatization of the plain tokens (fresh noise per text)."""
-        if self.plain_tokens == 0 or not texts:
+        """Prepend each text's own PCT2T privatization of the plain tokens (fresh noise per text).
+
+        An empty text stays empty: the user sends nothing, so there is nothing to prefix.
+        """
+        sent = [i for i, text in enumerate(texts) if text]
+        if self.plain_tokens == 0 or not sent:
             return texts
 
         plain, categories = self.plain(ctx)
         m = len(plain.words)
-        released, _ = word_engine(ctx, "pos").privatize_words(list(plain.words) * len(texts), categories * len(texts),
+        released, _ = word_engine(ctx, "pos").privatize_words(list(plain.words) * len(sent), categories * len(sent),
                                                               eta=eta, rng=rng)
-        return [" ".join(released[i * m:(i + 1) * m]) + " " + text for i, text in enumerate(texts)]
+        out = list(texts)
+        for k, i in enumerate(sent):
+            out[i] = " ".join(released[k * m:(k + 1) * m]) + " " + texts[i]
+        return out
 
     def customization_options(self, ctx: RunContext) -> dict[str, Any]:
         """The plain tokens, the reconstruction switch and the head size for the service's training."""

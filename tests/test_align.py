@@ -1,6 +1,6 @@
 """Alignment of original and released units."""
 
-from rapt_audit.attacks._align import align, aligned_pairs
+from rapt_audit.mechanisms.align import align, aligned_pairs
 
 
 def test_equal_length_is_positional():

@@ -30,7 +30,7 @@ ALLOWED = {
     "": {"api", "pipeline"},  # rapt_audit/__init__.py: the public re-exports
 }
 MAX_LINES = 400
-HEAVY = {"torch", "transformers", "spacy", "peft", "sklearn", "scipy", "matplotlib", "seqeval", "tqdm", "numpy"}
+HEAVY = {"torch", "transformers", "spacy", "peft", "sklearn", "scipy", "matplotlib", "seqeval", "tqdm", "numpy", "jsonschema"}
 
 
 def module_files() -> dict[str, Path]:

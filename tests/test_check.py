@@ -6,11 +6,20 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.api.types import Estimate, PerRecord, Skip
 from rapt_audit.cli import main
-from rapt_audit.reporting.check import BASELINE_SCHEMA, compare_estimates, read_baseline, standard_error
+from rapt_audit.reporting.check import (
+    BASELINE_SCHEMA,
+    compare_estimates,
+    compare_paired,
+    gate,
+    read_baseline,
+    standard_error,
+)
+from rapt_audit.scoring.stats import paired_drop
 
 ROOT = Path(__file__).resolve().parent.parent
 # A tiny real audit: t2t at eta=75 on the synthetic corpus, two cheap attacks.
@@ -55,6 +64,26 @@ def test_gate_passes_on_a_rerun_of_the_baseline(gated, capsys):
     assert "passed: 2 privacy measure(s)" in out and "whitebox" in out
 
 
+def lower_privacy(ep: dict, points: float, *, seed: int = 0) -> None:
+    """Plant a drop of ``points`` in a stored privacy estimate, as a weaker defense would cause it.
+
+    Tokens the attack missed become recovered, one at a time, in seeded random records, until the
+    value has fallen by ``points``; the value and interval move with the per-record parts, so the
+    document stays consistent.
+    """
+    rng = np.random.default_rng(seed)
+    num, den = np.array(ep["per_record"]["num"], float), np.array(ep["per_record"]["den"], float)
+    target = round(points * den.sum())
+    for _ in range(target):
+        k = rng.choice(np.flatnonzero(num >= 1))
+        num[k] -= 1
+    shift = ep["value"] - num.sum() / den.sum()
+    ep["per_record"]["num"] = num.tolist()
+    for key in ("value", "ci_low", "ci_high"):
+        ep[key] -= shift
+    ep["value"] = num.sum() / den.sum()
+
+
 def _plant(root: Path, name: str, edit) -> Path:  # noqa: ANN001
     planted = root / name
     shutil.rmtree(planted, ignore_errors=True)
@@ -70,9 +99,7 @@ def test_gate_fails_on_a_planted_regression(gated, capsys):
     root, baseline = gated
 
     def weaken(doc):
-        ep = doc["attacks"]["whitebox"]["empirical_privacy"]
-        for key in ("value", "ci_low", "ci_high"):
-            ep[key] = max(0.0, ep[key] - 0.1)
+        lower_privacy(doc["attacks"]["whitebox"]["empirical_privacy"], 0.1)
 
     planted = _plant(root, "weaker", weaken)
     capsys.readouterr()
@@ -143,3 +170,102 @@ def test_gate_fails_when_the_defense_really_gets_weaker(gated, tmp_path, monkeyp
     capsys.readouterr()
     assert main(["check", "--baseline", str(baseline), str(tmp_path / "weak")]) == 1
     assert "whitebox empirical_privacy fell from" in capsys.readouterr().err
+
+
+# ----- the paired rule ------------------------------------------------------------------------------
+
+def _ratio(num: list[float], den: list[float]) -> Estimate:
+    parts = PerRecord(tuple(num), tuple(den))
+    return Estimate(parts.value, parts.value, parts.value, len(num), "test", per_record=parts)
+
+
+def test_paired_drop_is_zero_on_identical_records_and_sees_a_consistent_small_drop():
+    rng = np.random.default_rng(1)
+    den = rng.integers(5, 15, size=100).astype(float)
+    num = np.minimum(den, rng.binomial(den.astype(int), 0.5)).astype(float)
+    same = _ratio(num.tolist(), den.tolist())
+    assert paired_drop(same.per_record, same.per_record, higher_is_better=True) == (0.0, 0.0, 0.0)
+    assert compare_paired(same, same, higher_is_better=True)[0] == "ok"
+    # One token fewer in each of 12 records: a drop of about one point, far inside either interval.
+    weaker = num.copy()
+    weaker[rng.choice(np.flatnonzero(num >= 1), 12, replace=False)] -= 1
+    drop, lower, upper = paired_drop(same.per_record, _ratio(weaker.tolist(), den.tolist()).per_record,
+                                     higher_is_better=True)
+    assert 0.008 < drop < 0.014 and 0.001 < lower <= drop <= upper
+    assert compare_paired(same, _ratio(weaker.tolist(), den.tolist()), higher_is_better=True)[0] == "regressed"
+    # For a lower-is-better measure the same change is a gain.
+    assert compare_paired(same, _ratio(weaker.tolist(), den.tolist()), higher_is_better=False)[0] == "improved"
+    # Records that change both ways (noise) do not fail the gate.
+    mixed = num.copy()
+    up, down = rng.choice(np.flatnonzero((num >= 1) & (num < den)), (2, 6), replace=False)
+    mixed[up] += 1
+    mixed[down] -= 1
+    assert compare_paired(same, _ratio(mixed.tolist(), den.tolist()), higher_is_better=True)[0] == "ok"
+
+
+def _ci_baseline_runs():
+    return {r.defense["name"]: r for r in read_baseline(ROOT / "baselines" / "ci-smoke.json")}
+
+
+def test_a_one_point_drop_in_whitebox_recovery_at_the_ci_size_is_caught_paired_but_not_unpaired():
+    """The committed CI baseline against itself with white-box privacy one point lower."""
+    import copy
+
+    from rapt_audit.pipeline.results import RunResult
+
+    base = _ci_baseline_runs()["t2t"]
+    doc = copy.deepcopy(base.to_dict())
+    lower_privacy(doc["attacks"]["whitebox"]["empirical_privacy"], 0.01)
+    planted = RunResult.from_dict(doc)
+    comparisons, _ = gate([base], [planted])
+    status = {c.attack: c.status for c in comparisons}
+    assert status["whitebox"] == "regressed" and all(s == "ok" for a, s in status.items() if a != "whitebox")
+    # The same files without per-record outcomes: two independent intervals let the drop pass.
+    for d in (doc, base_doc := copy.deepcopy(base.to_dict())):
+        for outcome in d["attacks"].values():
+            outcome.get("empirical_privacy", {}).pop("per_record", None)
+    unpaired, warnings = gate([RunResult.from_dict(base_doc)], [RunResult.from_dict(doc)])
+    assert {c.attack: c.status for c in unpaired}["whitebox"] == "ok"
+    assert any("keeps no per-record outcomes" in w for w in warnings)
+    # A rerun of unchanged code gives the same per-record outcomes and passes, paired, at a drop of 0.
+    rerun, _ = gate([base], [RunResult.from_dict(copy.deepcopy(base.to_dict()))])
+    assert all(c.status == "ok" and c.test == "paired" and c.bound == 0.0 for c in rerun)
+
+
+def test_a_result_with_fewer_records_than_its_baseline_fails(gated, capsys):
+    root, baseline = gated
+
+    def drop_records(doc):
+        ep = doc["attacks"]["whitebox"]["empirical_privacy"]
+        parts = PerRecord.from_dict(ep["per_record"])
+        fewer = PerRecord(parts.num[:-5], parts.den[:-5])
+        ep.update(per_record=fewer.to_dict(), value=fewer.value, ci_low=min(ep["ci_low"], fewer.value),
+                  ci_high=max(ep["ci_high"], fewer.value), n=ep["n"] - 5)
+
+    planted = _plant(root, "fewer", drop_records)
+    capsys.readouterr()
+    assert main(["check", "--baseline", str(baseline), str(planted)]) == 1
+    captured = capsys.readouterr()
+    assert "RECORDS" in captured.out and "scored 35 records, the baseline 40" in captured.err
+
+
+def test_per_record_parts_that_disagree_with_the_value_are_refused(gated, capsys):
+    root, baseline = gated
+
+    def tamper(doc):
+        doc["attacks"]["whitebox"]["empirical_privacy"]["value"] -= 0.05  # the parts still say otherwise
+        doc["attacks"]["whitebox"]["empirical_privacy"]["ci_low"] -= 0.05
+
+    planted = _plant(root, "tampered", tamper)
+    assert main(["check", "--baseline", str(baseline), str(planted)]) == 2
+    assert "disagrees with its per-record parts" in capsys.readouterr().err
+
+
+def test_a_baseline_with_a_malformed_result_names_it_and_the_field(tmp_path, capsys):
+    doc = json.loads((ROOT / "baselines" / "ci-smoke.json").read_text())
+    doc["results"][1]["attacks"]["whitebox"]["empirical_privacy"]["n"] = "many"
+    bad = tmp_path / "baseline.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["check", "--baseline", str(bad), str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad} results[1]" in err and "attacks.whitebox.empirical_privacy.n" in err

@@ -135,24 +135,20 @@ def test_a_defense_trained_by_the_service_is_refused_clearly():
 @pytest.mark.slow
 def test_a_10_mb_line_streams_in_bounded_memory(tmp_path):
     """The issue's bad-input case: one 10 MB line goes through in segments, without a memory blow-up."""
-    import subprocess
-    import sys
+    from tests.benchmarks.test_bench_privatize import _peak_rss_mb
 
     src, out = tmp_path / "big.txt", tmp_path / "out.txt"
     words = "the tenant paid the rent to the landlord in london ".split()
     src.write_text(" ".join(words * (10_000_000 // 52)) + "\n", encoding="utf-8")
-    code = ("import resource, sys\nfrom rapt_audit.cli import main\ncode = main()\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nraise SystemExit(code)")
-    done = subprocess.run([sys.executable, "-c", code, "privatize", str(src), "--defense", "t2t", "--set", "eta=inf",
-                           "--out", str(out), "--quiet"], capture_output=True, text=True, check=True)
-    peak_mb = int(done.stderr.strip().splitlines()[-1]) / 1024
+    peak_mb = _peak_rss_mb("privatize", str(src), "--defense", "t2t", "--set", "eta=inf", "--out", str(out), "--quiet")
     assert out.read_text(encoding="utf-8").split() == src.read_text(encoding="utf-8").split()
     assert peak_mb < 1500, peak_mb  # the model's tables and torch take ~600 MB; the line's text ~100 MB
 
 
 def test_identity_and_sequence_defenses_on_the_users_side():
-    outputs, record = rapt_audit.privatize(TEXTS, "identity")
-    assert outputs == TEXTS and record["units"]["passed"] == sum(len(t.split()) for t in TEXTS)
+    outputs, record = rapt_audit.privatize(TEXTS + ["call 555 0100 200"], "identity")
+    assert outputs == TEXTS + ["call 555 0100 200"] and record["units"]["passed"] == sum(len(t.split()) for t in outputs)
+    assert record["sensitive_strings_verbatim"]["phone"] == {"found": 1, "verbatim": 1, "verbatim_share": 1.0}
     vectors, record = rapt_audit.privatize(TEXTS[:2], "dpnr", epsilon=5, seed=1)
     assert record["release_kind"] == "sequence_embeddings" and record["epsilon"] == 5.0 and record["eta"] is None
     assert [len(v) for v in vectors] == [384, 384] and vectors[0] != vectors[1]

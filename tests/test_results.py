@@ -1,24 +1,34 @@
-"""Result files: round trip, atomic writes, schema and corruption errors; estimates and intervals."""
+"""Result files: round trip, atomic writes, the JSON Schema, corruption errors; estimates and intervals."""
 
 from __future__ import annotations
 
 import json
+import math
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.types import AttackResult, Estimate, Skip
+from rapt_audit.cli import main
+from rapt_audit.pipeline.result_schema import result_schema, validate_result_document
 from rapt_audit.pipeline.results import SCHEMA, RunResult, read_result, write_result
 from rapt_audit.scoring.stats import bootstrap_mean, wilson
+from tests.result_factory import fake_result, t2t_sweep
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _result() -> RunResult:
     est = Estimate(0.8, 0.7, 0.9, 100, "bootstrap-percentile")
-    return RunResult(signature="sig", cell_id="abc", config={"defense": "identity"}, dataset={"name": "x"},
-                     defense={"name": "identity"}, utility={"accuracy": est},
-                     attacks={"a": AttackResult(est.complement(), {"token_accuracy": est}), "b": Skip("needs texts")},
-                     env={"seed": 0})
+    # The provenance a run writes (the schema requires it), with hand-made outcomes.
+    return replace(fake_result(defense="identity", eta=None), utility={"accuracy": est},
+                   attacks={"a": AttackResult(est.complement(), {"token_accuracy": est}), "b": Skip("needs texts")})
 
 
 def test_round_trip(tmp_path):
@@ -88,3 +98,119 @@ def test_wilson_interval():
     assert est.value == 0 and est.ci_low == 0 and 0.05 < est.ci_high < 0.09
     with pytest.raises(ValueError):
         wilson(5, 3)
+
+
+# ---------------------------------------------------------------- the JSON Schema of result files
+
+def test_schema_is_the_version_results_carry():
+    schema = result_schema()
+    assert schema["$id"] == SCHEMA and schema["properties"]["schema"] == {"const": SCHEMA}
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def _committed_results() -> list[tuple[str, dict]]:
+    """Result documents written by real runs: the reference reports and the CI baseline's results."""
+    docs = [(str(p), json.loads(p.read_text(encoding="utf-8"))) for p in sorted(ROOT.glob("reports/**/result.json"))]
+    for path in sorted(ROOT.glob("baselines/*.json")):
+        docs += [(f"{path} results[{i}]", doc)
+                 for i, doc in enumerate(json.loads(path.read_text(encoding="utf-8"))["results"])]
+    return docs
+
+
+def test_real_results_follow_the_schema(tmp_path):
+    docs = _committed_results()
+    assert len(docs) >= 10  # the reference reports hold 15; an empty glob would prove nothing
+    for source, doc in docs:
+        validate_result_document(doc, source)
+    per_record = Estimate(0.5, 0.4, 0.6, 2, "bootstrap-percentile")
+    # Every shape the writer produces: skips, η = ∞ as "inf", no parameters, synthetic warnings.
+    for result in (fake_result(), fake_result(eta=math.inf, synthetic=True), fake_result(eta=None),
+                   fake_result(privacy={"whitebox": 0.2, "ner": "needs texts"}),
+                   replace(fake_result(), attacks={"whitebox": AttackResult(per_record, {})})):
+        write_result(result, tmp_path)
+        assert read_result(tmp_path).to_dict() == result.to_dict()
+
+
+def test_schema_allows_per_record_parts():
+    doc = fake_result().to_dict()
+    doc["attacks"]["whitebox"]["empirical_privacy"]["per_record"] = {"num": [1, 0.5], "den": [2, 1]}
+    validate_result_document(doc, "r.json")
+    doc["attacks"]["whitebox"]["empirical_privacy"]["per_record"] = {"num": [1, "x"], "den": [2, 1]}
+    with pytest.raises(ResultError, match=r"empirical_privacy\.per_record\.num\[1\]: 'x' is not of type 'number'"):
+        validate_result_document(doc, "r.json")
+
+
+def _set(doc: dict, path: str, value: object) -> None:
+    *parents, last = path.split("/")
+    for key in parents:
+        doc = doc[int(key)] if isinstance(doc, list) else doc[key]
+    doc[last] = value
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("attacks/whitebox/empirical_privacy/value", "abc",
+     "attacks.whitebox.empirical_privacy.value: 'abc' is not of type 'number'"),
+    ("attacks/whitebox/metrics/token_accuracy/n", 1.5,
+     "attacks.whitebox.metrics.token_accuracy.n: 1.5 is not of type 'integer'"),
+    ("attacks/random_guess", {"skipped": ["a list"]},
+     r"attacks.random_guess.skipped: \['a list'\] is not of type 'string'"),
+    ("attacks/random_guess", {"metrics": {}}, "attacks.random_guess: 'empirical_privacy' is a required property"),
+    ("utility/accuracy/method", None, "utility.accuracy.method: None is not of type 'string'"),
+    ("warnings", ["fine", 3], r"warnings\[1\]: 3 is not of type 'string'"),
+    ("defense/name", {"<b>": 1}, "defense.name: .* is not of type 'string'"),
+    ("defense/params/replacement", "half", "defense.params.replacement: 'half' is not of type"),
+    ("config/seed", "0", "config.seed: '0' is not of type 'integer'"),
+    ("dataset/splits/victim_test", -1, "dataset.splits.victim_test: -1 is less than the minimum of 0"),
+    ("env/git_sha", 7, "env.git_sha: 7 is not of type"),
+    ("extra", 1, r"\(top level\): Additional properties are not allowed \('extra' was unexpected\)"),
+])
+def test_wrong_field_is_named_with_the_file(tmp_path, field, value, message):
+    path = write_result(fake_result(), tmp_path)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    _set(doc, field, value)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ResultError, match=re.escape(f"result file {path}: ") + message) as err:
+        read_result(path)
+    assert "re-run" in str(err.value)  # and the fix
+
+
+def test_keys_are_quoted_in_field_paths(tmp_path):
+    doc = fake_result().to_dict()
+    doc["utility"]["a.b"] = {"value": 1}
+    with pytest.raises(ResultError, match=r'utility\["a\.b"\]: \'ci_low\' is a required property'):
+        validate_result_document(doc, "r.json")
+
+
+def test_unpaired_surrogates_are_refused(tmp_path):
+    path = write_result(fake_result(), tmp_path)
+    # A lone half of a UTF-16 pair, as JSON can escape it: no UTF-8 report could hold it.
+    path.write_text(path.read_text(encoding="utf-8").replace('"test"', '"te\\ud800st"'), encoding="utf-8")
+    with pytest.raises(ResultError, match=r"dataset\.source: holds an unpaired UTF-16 surrogate"):
+        read_result(path)
+
+
+def test_an_invalid_result_is_named_and_the_others_reported(tmp_path, capsys):
+    runs = t2t_sweep(tmp_path / "runs")
+    bad = runs / "eta=75" / "result.json"
+    doc = json.loads(bad.read_text(encoding="utf-8"))
+    doc["attacks"]["whitebox"]["empirical_privacy"]["ci_high"] = "0.9"
+    bad.write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(runs), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"left out {bad}: result file {bad}: attacks.whitebox.empirical_privacy.ci_high" in err
+    html = out.read_text(encoding="utf-8")
+    assert "Some inputs were not used" in html and "attacks.whitebox.empirical_privacy.ci_high" in html
+    assert "η=25" in html and "η=125" in html and "η=75" not in html
+    board = tmp_path / "board.md"
+    assert main(["leaderboard", str(runs), "--out", str(board)]) == 0
+    text = board.read_text(encoding="utf-8")
+    assert str(bad) in text and "attacks.whitebox.empirical_privacy.ci_high" in text and "η=125" in text
+    assert "η=75" not in text and "3 result(s)" in capsys.readouterr().out
+
+
+def test_schema_check_is_loaded_lazily():
+    code = ("import sys, rapt_audit.pipeline.results, rapt_audit.reporting.collect; "
+            "assert 'jsonschema' not in sys.modules, 'jsonschema imported at import time'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr

@@ -3,33 +3,69 @@
 Every file rapt-audit writes for later reading (results, sweep indexes, baselines, reports, the
 leaderboard, on-disk caches) goes through :func:`write_atomic`: the content is written to a
 temporary file in the target's folder, flushed to disk, then renamed over the target with
-``os.replace`` (atomic on POSIX and Windows when both lie on one file system).
+``os.replace`` (atomic on POSIX and Windows when both lie on one file system). A process killed
+mid-write leaves at most a ``.NAME.*.tmp`` file beside the target, which no reader opens and the
+next run that owns the folder removes (:func:`remove_stray_temps`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping
+from typing import IO, Any
+
+from rapt_audit.api.errors import ResultError
+
+#: errno values that mean the disk (or the user's quota) is full.
+_NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+class DiskFullError(ResultError, OSError):
+    """A write failed because the disk or the quota is full; the file written to is unchanged.
+
+    It is an :class:`OSError` too (``errno`` is kept), so callers that treat an unwritable cache as
+    a warning (:func:`write_cache_atomic`) still do.
+    """
+
+    def __init__(self, path: Path, code: int, *, existed: bool) -> None:
+        super().__init__(code, os.strerror(code), str(path))
+        before = f"the previous {path.name} is intact" if existed else f"no {path.name} was written"
+        self.message = f"no space left on device while writing {path}; {before}; free space and rerun"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _temp_prefix(name: str) -> str:
+    return f".{name}."
 
 
 def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> None:
     """Call ``write(handle)`` on a binary temporary file next to ``path``, then move it into place.
 
-    The folder is created when missing. On any error the temporary file is removed and ``path``
+    The folder is created when missing. The file and then its folder are synced to disk, so a
+    crash or power cut right after the rename cannot leave an empty ``path``. On any error (and on
+    ``KeyboardInterrupt`` or a SIGTERM turned into one) the temporary file is removed and ``path``
     is left as it was.
 
     Args:
         path: The file to (re)place.
         write: Writes the whole content to the open binary handle it is given.
+
+    Raises:
+        DiskFullError: when the disk or quota is full (``path`` unchanged; the message says so).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    existed = path.exists()
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -39,9 +75,45 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp = None
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        if exc.errno in _NO_SPACE and not isinstance(exc, DiskFullError):
+            raise DiskFullError(path, exc.errno, existed=existed) from exc
         raise
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Sync ``folder``'s entries, so the rename survives a power cut (POSIX; a no-op where unsupported)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # Windows cannot open a folder; its rename is durable on its own
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems (and Windows) refuse to sync a folder; the file itself is synced
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stray_temps(folder: str | os.PathLike[str], name: str) -> list[Path]:
+    """Remove the temporary files that :func:`write_atomic` left for ``folder/name`` in a killed process.
+
+    Call it only while holding the folder's lock (:func:`rapt_audit.api.locks.hold_out_dir`):
+    without the lock another process may be writing one of them right now.
+
+    Returns:
+        The files removed.
+    """
+    removed = []
+    for stray in Path(folder).glob(f"{_temp_prefix(name)}*.tmp"):
+        stray.unlink(missing_ok=True)
+        removed.append(stray)
+    return removed
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:

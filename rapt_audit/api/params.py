@@ -265,6 +265,16 @@ class CheckedParams:
         check_params(self)
 
 
+#: Parameters that only some plugins take, with why the others do not (a clearer message than
+#: "unknown parameter" for a user who asks, e.g., a representation defense to pretrain its encoder).
+SCOPED_PARAMETERS: dict[str, str] = {}
+
+
+def scoped_parameter(key: str, reason: str) -> None:
+    """Declare that parameter ``key`` applies to some plugins only, and why it does not apply to the rest."""
+    SCOPED_PARAMETERS[key] = reason
+
+
 def make_plugin(registry: Registry[type], name: str, args: Mapping[str, Any] | None = None) -> Any:
     """Instantiate plugin ``name`` from ``registry`` with checked, typed ``args``.
 
@@ -279,6 +289,8 @@ def make_plugin(registry: Registry[type], name: str, args: Mapping[str, Any] | N
     fields = plugin_fields(cls)
     kwargs = {}
     for key, value in (args or {}).items():
+        if key not in fields and key in SCOPED_PARAMETERS:
+            raise UsageError(f"{registry.kind} {name!r} takes no {key!r}: {SCOPED_PARAMETERS[key]}")
         if key not in fields:
             raise UnknownNameError(unknown_name_message(f"parameter of {registry.kind} {name!r}", key, list(fields)))
         kwargs[key] = coerce(value, fields[key], key=f"{name}.{key}")

@@ -126,6 +126,58 @@ class Release:
         return frozenset(k for k in RELEASE_KINDS if getattr(self, k) is not None)
 
 
+def _compact(number: float) -> float | int:
+    """A per-record number as short JSON: counts as integers, other values to 12 significant digits."""
+    rounded = float(f"{number:.12g}")
+    return int(rounded) if rounded.is_integer() and abs(rounded) < 2**53 else rounded
+
+
+@dataclass(frozen=True)
+class PerRecord:
+    """The per-record parts of a ratio estimate, in the records' order: value = Σ num / Σ den.
+
+    A token accuracy keeps correct tokens (``num``) and tokens (``den``) per record; a plain mean keeps
+    the values with unit weights; an entity F1 keeps 2·TP and predicted + reference entities. Two
+    results of the same cell hold the same records in the same order, so their per-record parts can be
+    compared *paired* (record by record), which the regression gate does (:mod:`rapt_audit.reporting.check`):
+    a paired test sees a drop of one point that two independent intervals hide.
+    """
+
+    num: tuple[float, ...]
+    den: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num", tuple(float(v) for v in self.num))
+        object.__setattr__(self, "den", tuple(float(v) for v in self.den))
+        if len(self.num) != len(self.den):
+            raise ValueError(f"per-record parts differ in length: {len(self.num)} numerators, {len(self.den)} "
+                             "denominators")
+        if any(not math.isfinite(v) for v in self.num + self.den) or any(d < 0 for d in self.den):
+            raise ValueError("per-record parts must be finite, with non-negative denominators")
+
+    def __len__(self) -> int:
+        return len(self.num)
+
+    @property
+    def value(self) -> float:
+        """Σ num / Σ den (0 when no record carries weight)."""
+        total = sum(self.den)
+        return sum(self.num) / total if total > 0 else 0.0
+
+    def complement(self) -> PerRecord:
+        """The parts of ``1 − value``: each record's ``den − num`` over the same ``den``."""
+        return PerRecord(tuple(d - n for n, d in zip(self.num, self.den)), self.den)
+
+    def to_dict(self) -> dict[str, list[float | int]]:
+        """Plain-JSON form (two lists of numbers)."""
+        return {"num": [_compact(v) for v in self.num], "den": [_compact(v) for v in self.den]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PerRecord:
+        """Inverse of :meth:`to_dict`."""
+        return cls(tuple(data["num"]), tuple(data["den"]))
+
+
 @dataclass(frozen=True)
 class Estimate:
     """A point estimate with a two-sided confidence interval.
@@ -137,6 +189,8 @@ class Estimate:
         n: The number of independent units the interval is computed over.
         method: How the interval was computed (``"bootstrap-percentile"``, ``"wilson"``...).
         level: Confidence level of the interval.
+        per_record: The per-record parts of a ratio estimate, when the scorer kept them (for paired
+            comparisons of two runs over the same records); not part of equality.
     """
 
     value: float
@@ -145,6 +199,7 @@ class Estimate:
     n: int = 0
     method: str = ""
     level: float = 0.95
+    per_record: PerRecord | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("value", "ci_low", "ci_high"):
@@ -152,21 +207,36 @@ class Estimate:
                 raise ValueError(f"Estimate.{name} is NaN")
         if not (self.ci_low <= self.value <= self.ci_high):
             raise ValueError(f"Estimate value {self.value} lies outside its interval [{self.ci_low}, {self.ci_high}]")
+        # Parts that do not add up to the value would make a paired comparison judge other numbers
+        # than the ones reported (a scorer bug, or an edited file).
+        if self.per_record is not None and abs(self.per_record.value - self.value) > 1e-9 * max(1.0, abs(self.value)):
+            raise ValueError(f"Estimate value {self.value} disagrees with its per-record parts, which give "
+                             f"{self.per_record.value}")
 
     def complement(self) -> Estimate:
         """``1 - self``, with the interval flipped (attack success → empirical privacy)."""
-        return Estimate(1.0 - self.value, 1.0 - self.ci_high, 1.0 - self.ci_low, self.n, self.method, self.level)
+        parts = self.per_record.complement() if self.per_record is not None else None
+        return Estimate(1.0 - self.value, 1.0 - self.ci_high, 1.0 - self.ci_low, self.n, self.method, self.level,
+                        parts)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form used in ``result.json``."""
-        return {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high,
-                "n": self.n, "method": self.method, "level": self.level}
+    def to_dict(self, *, per_record: bool = False) -> dict[str, Any]:
+        """Plain-JSON form used in ``result.json``.
+
+        ``per_record=True`` adds the per-record parts when they were kept. Results store them for the
+        privacy measures the regression gate compares, not for every number (they grow with the data).
+        """
+        out: dict[str, Any] = {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                               "n": self.n, "method": self.method, "level": self.level}
+        if per_record and self.per_record is not None:
+            out["per_record"] = self.per_record.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Estimate:
         """Inverse of :meth:`to_dict`."""
+        parts = PerRecord.from_dict(data["per_record"]) if data.get("per_record") is not None else None
         return cls(float(data["value"]), float(data["ci_low"]), float(data["ci_high"]),
-                   int(data.get("n", 0)), str(data.get("method", "")), float(data.get("level", 0.95)))
+                   int(data.get("n", 0)), str(data.get("method", "")), float(data.get("level", 0.95)), parts)
 
 
 @dataclass(frozen=True)

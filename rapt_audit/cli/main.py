@@ -1,15 +1,20 @@
 """The ``rapt-audit`` command line. Thin: it parses, builds a RunConfig and calls the library.
 
 Exit codes: 0 success; 2 usage or input errors (a message names the problem and the fix, and no
-result is written); 130 interrupted; 1 an unexpected failure (a bug: please report it).
+result is written; also an output directory in use by another process, or a full disk); 130
+interrupted by Ctrl-C and 143 by SIGTERM (the unfinished run writes nothing, finished sweep cells
+are kept); 1 an unexpected failure (a bug: please report it).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from rapt_audit.api.errors import RaptAuditError
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
@@ -173,13 +178,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
                 "leaderboard": cmd_leaderboard, "check": cmd_check, "privatize": cmd_privatize, "audit": cmd_audit}
     try:
-        return commands[args.command](args)
+        with _sigterm_as_interrupt():
+            return commands[args.command](args)
     except RaptAuditError as exc:
         print(f"rapt-audit: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("rapt-audit: interrupted; no result was written for the unfinished run", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated; a sweep says what it kept
+        detail = str(exc) or "nothing unfinished was written; rerun the same command to finish"
+        print(f"rapt-audit: interrupted: {detail}", file=sys.stderr)
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C, so it runs the same clean-up.
+
+    A ``KeyboardInterrupt`` on the way out removes the temporary file of a write in progress,
+    abandons the unfinished run without writing its result and releases the output directory's lock.
+    """
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM during the clean-up ends the process
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Terminated` while a command runs (main thread only), then restore."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (main() called from a worker thread): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,8 +4,8 @@ Owns: :mod:`~rapt_audit.mechanisms.noise` (dχ and Laplace samplers and the chec
 parameters), :mod:`~rapt_audit.mechanisms.nn_search` (exact-in-effect nearest-neighbour search),
 :mod:`~rapt_audit.mechanisms.privatize` (token and word engines), :mod:`~rapt_audit.mechanisms.engines`
 (building those engines once per run), :mod:`~rapt_audit.mechanisms.pos` (spaCy tagging and the
-PCT2T lexicons) and :mod:`~rapt_audit.mechanisms.calibration` (replacement probability per η,
-plausible deniability).
+PCT2T lexicons), :mod:`~rapt_audit.mechanisms.calibration` (replacement probability per η,
+plausible deniability) and :mod:`~rapt_audit.mechanisms.align` (aligning original and released units).
 
 May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.encoder`.
 """

@@ -31,6 +31,7 @@ unit goes through, checks its own arguments.
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -47,6 +48,25 @@ if TYPE_CHECKING:  # pragma: no cover - keeps plugin imports free of torch
 
 UNK_POLICIES = ("privatize", "drop", "error")
 DEFAULT_CHUNK = 4096
+#: A lone surrogate: a Python ``str`` can hold one (from a ``\ud800`` escape in JSON, or ``surrogateescape``
+#: decoding), but it is no Unicode character, and spaCy and the Rust tokenizer both fail on it.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(text: str, *, name: str) -> None:
+    """Refuse a text that cannot be privatized as text: one that is not a ``str`` or holds a lone surrogate.
+
+    Raises:
+        DataError: naming ``name``, the code point and its position, and the fix.
+    """
+    if not isinstance(text, str):
+        raise DataError(f"{name} is a {type(text).__name__}, not text; pass each text as a str")
+    found = LONE_SURROGATE.search(text)
+    if found:
+        raise DataError(f"{name} holds a lone surrogate U+{ord(found.group()):04X} at character {found.start()}: it is "
+                        "not a Unicode character, so it can be neither tokenized nor written as UTF-8. Repair the "
+                        "text at its source, or replace such code points with U+FFFD (re.sub('[\\ud800-\\udfff]', "
+                        "'\\ufffd', text); rapt-audit privatize does this with --errors replace)")
 
 
 def normalize_word(word: str) -> str:
@@ -132,12 +152,13 @@ class TokenEngine:
         if math.isinf(eta):  # no privacy: the identity
             rows = [self.space.rows_of(np.asarray(ids, dtype=np.int64)) for ids in per_text]
             return list(texts), rows, ReplacementCount(perturbed=sum(len(r) for r in rows))
+        read = sum(len(ids) for ids in per_text)
         per_text = [self._apply_unk_policy(np.asarray(ids, dtype=np.int64), unk_policy, uid)
                     for ids, uid in zip(per_text, uids or [f"text {i}" for i in range(len(per_text))])]
         flat = np.concatenate(per_text) if per_text else np.zeros(0, dtype=np.int64)
         rows = self.privatize_ids(flat, eta=eta, rng=rng)
-        count = ReplacementCount(perturbed=len(flat),
-                                 replaced=int((self.space.token_ids[rows] != flat).sum()))
+        count = ReplacementCount(perturbed=len(flat), replaced=int((self.space.token_ids[rows] != flat).sum()),
+                                 dropped=read - len(flat))  # unk_policy=drop
         released_rows = np.split(rows, np.cumsum([len(ids) for ids in per_text])[:-1]) if per_text else []
         texts_out = [self.tokenizer.convert_tokens_to_string([self.space.tokens[r] for r in rr]) for rr in released_rows]
         return texts_out, released_rows, count
@@ -150,7 +171,8 @@ class TokenEngine:
             return ids
         if policy == "error":
             raise DataError(f"{uid} holds {int(irregular.sum())} token(s) outside the regular vocabulary "
-                            "(unknown characters or emoji); use unk_policy=privatize or drop")
+                            "(unknown characters, emoji, or a word longer than the tokenizer reads); use "
+                            "unk_policy=privatize or drop")
         return ids[~irregular]
 
 

@@ -10,9 +10,13 @@
     dataset     name, task, synthetic flag, split sizes, notes
     defense     name and resolved parameters
     utility     metric -> {value, ci_low, ci_high, n, method, level}
-    attacks     attack -> {empirical_privacy: {...}, metrics: {...}, details: {...}} or {skipped: reason}
+    attacks     attack -> {empirical_privacy: {..., per_record: {num, den}}, metrics: {...}, details: {...}}
+                or {skipped: reason}
     env         package versions, git sha, model and data fingerprints, seed, device, wall time
     warnings    things a reader must know (synthetic data, departures from a paper)
+
+``result.schema.json`` (next to this module) is the JSON Schema of that shape; :func:`read_result`
+checks every file against it before reading a field (:mod:`rapt_audit.pipeline.result_schema`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any, Mapping
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.types import AttackResult, Estimate, Skip
+from rapt_audit.pipeline.result_schema import validate_result_document
 
 SCHEMA = "rapt-audit/result/1"
 RESULT_FILE = "result.json"
@@ -69,7 +74,8 @@ class RunResult:
             if isinstance(outcome, Skip):
                 attacks[name] = outcome.to_dict()
             else:
-                attacks[name] = {"empirical_privacy": outcome.empirical_privacy.to_dict(),
+                # The headline keeps its per-record parts: the regression gate compares them paired.
+                attacks[name] = {"empirical_privacy": outcome.empirical_privacy.to_dict(per_record=True),
                                  "metrics": {k: v.to_dict() for k, v in outcome.metrics.items()},
                                  "details": dict(outcome.details)}
         return {"schema": self.schema, "signature": self.signature, "cell_id": self.cell_id,
@@ -106,7 +112,8 @@ def read_result(path: str | Path) -> RunResult:
     """Read a result file (or the result file in a run directory).
 
     Raises:
-        ResultError: naming the file when it is missing, corrupt or of another schema.
+        ResultError: naming the file when it is missing, corrupt or of another schema, and the
+            field when it does not follow the schema (:func:`validate_result_document`).
     """
     path = Path(path)
     if path.is_dir():
@@ -121,6 +128,7 @@ def read_result(path: str | Path) -> RunResult:
         raise ResultError(f"{path} is not a rapt-audit result file (no 'schema' key)")
     if data["schema"] != SCHEMA:
         raise ResultError(f"result file {path} has schema {data['schema']!r}; this rapt-audit reads {SCHEMA!r}")
+    validate_result_document(data, path)
     try:
         return RunResult.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:

@@ -8,6 +8,9 @@
    The victim release and the attackers' adaptive releases go through the on-disk release cache
    (:mod:`~rapt_audit.pipeline.cache`), so a re-run reads them instead of privatizing again.
 5. Write ``<out>/result.json`` atomically (nothing is written for a run that fails or is stopped).
+
+The run holds the lock of ``<out>`` throughout (:mod:`~rapt_audit.api.locks`): a second process
+aimed at the same directory fails at once instead of racing the first to ``result.json``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rapt_audit.api.errors import ResultError
+from rapt_audit.api.files import remove_stray_temps
+from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.types import AttackResult, Skip
@@ -127,13 +132,26 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
     Returns:
         The result (also written to ``<out>/result.json``). When the output directory already holds
         this exact run and ``config.force`` is false, that result is returned without re-running.
+
+    Raises:
+        ResultError: when another process is using the output directory (or see :func:`plan`).
     """
     say = log or (lambda _msg: None)
     checked = plan(config)
-    existing = check_out_dir(checked.out, config)
-    if existing is not None and not config.force:
-        say(f"{checked.out} already holds this run; reusing it (pass --force to run again)")
-        return existing
+    # Held from the check of ``out`` to the write of its result, so two processes never run into one
+    # directory (the second fails at once, naming the first); a sweep's cells lock their own folders.
+    with hold_out_dir(checked.out):
+        remove_stray_temps(checked.out, RESULT_FILE)  # left by a killed run; never read, now removed
+        existing = check_out_dir(checked.out, config)
+        if existing is not None and not config.force:
+            say(f"{checked.out} already holds this run; reusing it (pass --force to run again)")
+            return existing
+        return _execute(checked, say=say, progress=progress)
+
+
+def _execute(checked: Plan, *, say: Log, progress: bool) -> RunResult:
+    """Run a checked plan and write its result (the caller holds the output directory's lock)."""
+    config = checked.config
     started, clock = datetime.now(timezone.utc), time.perf_counter()
     timings: dict[str, float] = {}
 

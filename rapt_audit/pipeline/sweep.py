@@ -6,7 +6,8 @@ key applied as a ``--set`` pair, so any key ``--set`` understands can be swept (
 ``--sweep`` options form the Cartesian product. Cell ``c`` writes ``<out>/<c.name>/result.json``
 with the runner's atomic write, and a cell whose directory already holds that exact run is reused,
 so an interrupted sweep resumes where it stopped and loses nothing. ``<out>/sweep.json`` indexes
-the cells and is rewritten (atomically) after every cell.
+the cells and is rewritten (atomically) after every cell. One process at a time: the sweep holds
+the lock of ``<out>`` and each running cell that of its own directory.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.files import remove_stray_temps, write_json_atomic
+from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.types import Skip
 from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.config import RunConfig, build_config
-from rapt_audit.pipeline.results import RunResult
+from rapt_audit.pipeline.results import RESULT_FILE, RunResult
 
 SWEEP_SCHEMA = "rapt-audit/sweep/1"
 SWEEP_INDEX = "sweep.json"
@@ -137,8 +139,11 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
     """Run every cell that is not complete yet and return each cell's result, in grid order.
 
     Every cell is validated before any work starts (plugin names and values, data, and that no
-    cell directory holds a different run), so a bad value fails in seconds, not after hours.
-    ``Ctrl-C`` stops the cell in progress; completed cells stay on disk and the next call reuses them.
+    cell directory holds a different run), so a bad value fails in seconds, not after hours. The
+    sweep holds the lock of ``out`` throughout (:mod:`~rapt_audit.api.locks`), so a second sweep
+    into the same directory fails at once. ``Ctrl-C`` (or SIGTERM, through the CLI) abandons the
+    cell in progress without writing it; completed cells stay on disk and the next call reuses
+    them. The interrupt is re-raised with a message saying how many finished cells were kept.
 
     Args:
         cells: From :func:`expand`.
@@ -147,7 +152,23 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         log: Where progress lines go.
         progress: Show progress bars inside each run.
         runner: The function that runs one configuration (default :func:`rapt_audit.pipeline.runner.run`).
+
+    Raises:
+        ResultError: when another process is using ``out`` or a cell directory holds another run.
     """
+    with hold_out_dir(out):
+        remove_stray_temps(out, SWEEP_INDEX)  # left by a killed sweep; never read, now removed
+        try:
+            return _run_cells(cells, out=out, axes=axes, log=log, progress=progress, runner=runner)
+        except KeyboardInterrupt as stop:
+            # Counted on disk: a cell whose result was written just before the interrupt is kept too.
+            kept = sum((Path(c.config.out) / RESULT_FILE).is_file() for c in cells)
+            stop.args = (f"{kept} of {len(cells)} finished cells kept in {out}; rerun the same command to resume",)
+            raise
+
+
+def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log | None, progress: bool,
+               runner: Callable[..., RunResult] | None) -> list[tuple[Cell, RunResult]]:
     say = log or (lambda _msg: None)
     runner = runner or audit_runner.run  # looked up at call time, so a patched runner is honoured
     status: dict[str, str] = {}
@@ -162,13 +183,7 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
     for i, cell in enumerate(cells, 1):
         verb = "reusing" if status[cell.name] == "complete" else "running"
         say(f"cell {i}/{len(cells)} {cell.label}: {verb} {cell.config.out}")
-        try:
-            result = runner(cell.config, log=log, progress=progress)
-        except KeyboardInterrupt:
-            complete = sum(s == "complete" for s in status.values())
-            say(f"interrupted in cell {cell.label}; {complete} of {len(cells)} cells are complete in {out} "
-                "and will be reused: run the same command again to resume")
-            raise
+        result = runner(cell.config, log=log, progress=progress)
         status[cell.name] = "complete"
         _write_index(out, cells, status, axes)
         results.append((cell, result))

@@ -9,9 +9,10 @@ Three layouts, chosen by ``--format`` or the file's extension:
   cell, and the output is the same row with that cell privatized.
 
 Input is read as bytes and decoded line by line, so an invalid UTF-8 byte is reported with its
-byte offset (``errors="replace"`` substitutes U+FFFD and goes on). Nothing is held beyond one
-line, so memory stays flat however long the file is. Output to a file replaces it only at the end
-(the one atomic writer): a failed run leaves any earlier output untouched.
+byte offset (``errors="replace"`` substitutes U+FFFD and goes on); a JSON escape of a lone
+surrogate (``"\\ud800"``), which UTF-8 cannot hold either, is treated the same way. Nothing is held
+beyond one line, so memory stays flat however long the file is. Output to a file replaces it only at
+the end (the one atomic writer): a failed run leaves any earlier output untouched.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,9 +29,13 @@ from typing import Any, BinaryIO, Callable, Iterator, TextIO
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.files import write_atomic
+from rapt_audit.mechanisms.privatize import LONE_SURROGATE
 
 FORMATS = ("text", "jsonl", "csv")
 _BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "csv"}
+#: A JSON escape of a surrogate; only a line holding one can decode to a lone surrogate (a valid pair
+#: such as an emoji's decodes to one character).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 @dataclass
@@ -91,12 +97,12 @@ def read_items(handle: BinaryIO, layout: Layout, *, name: str, errors: str = "st
         for number, line in lines:
             yield Item(number, line.rstrip("\r\n"))
     elif layout.fmt == "jsonl":
-        yield from _json_items(lines, layout.field, name=name)
+        yield from _json_items(lines, layout.field, name=name, errors=errors)
     else:
         yield from _csv_items(lines, layout, name=name)
 
 
-def _json_items(lines: Iterator[tuple[int, str]], key: str, *, name: str) -> Iterator[Item]:
+def _json_items(lines: Iterator[tuple[int, str]], key: str, *, name: str, errors: str) -> Iterator[Item]:
     for number, line in lines:
         if not line.strip():
             continue
@@ -104,6 +110,8 @@ def _json_items(lines: Iterator[tuple[int, str]], key: str, *, name: str) -> Ite
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{name}: line {number} is not JSON ({exc.msg} at column {exc.colno})") from None
+        if _SURROGATE_ESCAPE.search(line):  # any field may hold it, and every field is written back
+            obj = _without_lone_surrogates(obj, where=f"{name}: line {number}", errors=errors)
         if not isinstance(obj, dict):
             raise DataError(f"{name}: line {number} is a JSON {type(obj).__name__}, not an object")
         if key not in obj:
@@ -112,6 +120,19 @@ def _json_items(lines: Iterator[tuple[int, str]], key: str, *, name: str) -> Ite
         if not isinstance(obj[key], str):
             raise DataError(f"{name}: line {number}: field {key!r} holds a {type(obj[key]).__name__}, not text")
         yield Item(number, obj[key], obj)
+
+
+def _without_lone_surrogates(obj: Any, *, where: str, errors: str) -> Any:
+    """``obj`` with each lone surrogate replaced by U+FFFD (``errors="replace"``), else a DataError."""
+    text = json.dumps(obj, ensure_ascii=False)  # lone surrogates stay as they are in the dumped str
+    found = LONE_SURROGATE.search(text)
+    if found is None:
+        return obj
+    if errors != "replace":
+        raise DataError(f"{where} holds a lone surrogate escape (\\u{ord(found.group()):04x}), which is not a Unicode "
+                        "character and cannot be written as UTF-8; repair the input, or pass --errors replace to "
+                        "substitute U+FFFD and go on")
+    return json.loads(LONE_SURROGATE.sub("\ufffd", text))
 
 
 def _csv_items(lines: Iterator[tuple[int, str]], layout: Layout, *, name: str) -> Iterator[Item]:

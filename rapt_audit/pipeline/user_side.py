@@ -23,18 +23,24 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from rapt_audit.api.errors import UsageError
+from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.types import Record
 from rapt_audit.api.version import __version__
 from rapt_audit.encoder.models import model_fingerprint, resolve_device
 from rapt_audit.mechanisms.calibration import ReplacementCount
+from rapt_audit.mechanisms.privatize import check_text
 from rapt_audit.mechanisms.verbatim import sensitive_strings
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 
 #: What the user's device sends, by preference: the text itself, else token vectors, else one vector.
 USER_KINDS = ("texts", "token_embeddings", "sequence_embeddings")
+
+#: Longest text whose token vectors are released, in characters (about 20,000 tokens). Each token
+#: becomes 384 numbers on the text's one output line, so a 100,000-word text would be a line of
+#: hundreds of megabytes that has to be held whole; such a text is refused with the way out instead.
+MAX_VECTOR_TEXT_CHARS = 100_000
 
 
 def segments_of(text: str, max_segment: int) -> list[str]:
@@ -106,7 +112,19 @@ class Privatizer:
         Long texts are cut into segments (see the module docstring) and the segments go through the
         defense in groups of at most ``batch_chars`` characters, so memory is bounded by the group,
         not by the longest text (spaCy's tagger alone takes about 15 kB per word of a text it reads).
+
+        Raises:
+            DataError: for a text that is not a ``str``, holds a lone surrogate, or is too long for a
+                token-vector release (:data:`MAX_VECTOR_TEXT_CHARS`) (named by its
+                position in the input), before any of the batch is privatized.
         """
+        for i, text in enumerate(texts):
+            check_text(text, name=f"text {self.records + i}")
+            if self.kind == "token_embeddings" and len(text) > MAX_VECTOR_TEXT_CHARS:
+                raise DataError(
+                    f"text {self.records + i} has {len(text):,} characters; {self.defense} releases one vector of "
+                    f"numbers per token, which for this text is one output line of hundreds of megabytes. Split it "
+                    f"into lines of at most {MAX_VECTOR_TEXT_CHARS:,} characters (e.g. one paragraph per line)")
         parts: list[list[Any]] = [[] for _ in texts]
         group: list[tuple[int, str]] = []
         size = 0
@@ -145,8 +163,7 @@ class Privatizer:
         if hasattr(self.plugin, "privatize_records"):  # text defenses: the text plus what was replaced
             out, count = self.plugin.privatize_records(records, self.ctx)
             self.count.add(count)
-            self.sensitive = sensitive_strings(texts, out, into=self.sensitive)
-            return list(out)
+            return self._sensitive(texts, list(out))
         try:
             release = self.plugin.release(records, ctx=self.ctx)
         except UsageError as exc:
@@ -155,11 +172,20 @@ class Privatizer:
                              "no training (identity, t2t, pct2t, rapt, embedding, dpnr, snd)") from None
         if self.kind == "texts":  # a text defense without a replacement count (identity)
             self.count.passed += sum(len(t.split()) for t in release.texts)
-            return list(release.texts)
+            return self._sensitive(texts, list(release.texts))
         self.count.perturbed += sum(len(v) for v in release.token_embeddings or ()) or len(records)
         if self.kind == "token_embeddings":
             return [v.astype("float64").round(6).tolist() for v in release.token_embeddings]
         return [list(v) for v in release.sequence_embeddings.astype("float64").round(6).tolist()]
+
+    def _sensitive(self, texts: list[str], out: list[str]) -> list[str]:
+        """``out``, after adding its sensitive strings present verbatim to the sidecar's counts.
+
+        Named entities are not counted here, only in an audit's release: spaCy's NER reads about
+        10,000 words/s on one core, slower than PCT2T itself.
+        """
+        self.sensitive = sensitive_strings(texts, out, into=self.sensitive)
+        return out
 
     def stream(self, texts: Iterable[str]) -> Iterator[Any]:
         """Privatized outputs of ``texts`` in order, privatized in batches of bounded size."""

@@ -10,7 +10,9 @@ from rapt_audit.reporting.collect import Collection, relative_path
 
 
 def _number(value: Any, digits: int) -> str:
-    return e(str(value)) if isinstance(value, str) or value is None else f"{float(value):.{digits}f}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{float(value):.{digits}f}"
+    return e(str(value))  # "inf", null, or whatever else an audit file holds, as text
 
 
 def audit_docs_html(coll: Collection, base: Path) -> str:

@@ -5,20 +5,32 @@ baseline run with the same ``cell_id`` (the hash of its configuration: defense a
 data, splits, model, profile, attacks, seed), and every empirical-privacy measure of every attack is
 compared.
 
-The rule. For a measure where higher is better for the defender (empirical privacy, reconstruction
-MSE), with baseline ``b`` and new value ``x``, each with a 95 % interval, the standard error of each
-is read off its interval as ``se = (ci_high − ci_low) / (2 · 1.96)`` (a normal approximation; the
-intervals are percentile bootstraps over records). The change is a **regression** when::
+The paired rule (used whenever both results keep per-record outcomes). A matched run scores the same
+records in the same order as its baseline, so the two measurements are *paired*, not independent:
+comparing two intervals as if they were independent would let a drop of two or three points pass at
+the smoke size. For a measure where higher is better for the defender, the drop ``b − x`` is
+recomputed on bootstrap resamples of the records (the same resampled records for both runs), and the
+change is a **regression** when the one-sided lower confidence bound of the drop (level Φ(z), 97.5 %
+for z = 1.96) exceeds a small tolerance (default 0.001, far below any change worth reporting and far
+above floating-point noise)::
+
+    quantile_{1 − Φ(z)}( drop over paired resamples )  >  paired tolerance
+
+A rerun of unchanged code gives the same per-record outcomes, hence a drop of exactly 0, and passes.
+A new run that scored fewer (or other) records than its baseline fails: fewer records is a weaker
+check, never a wider interval.
+
+The unpaired rule (a fallback for baselines recorded before results kept per-record outcomes, and for
+measures that keep none, such as the mutual-information bound): each standard error is read off its
+95 % interval as ``se = (ci_high − ci_low) / (2 · 1.96)``, and the change is a regression when::
 
     b − x  >  z · sqrt(se_b² + se_x²)  +  tolerance          (defaults: z = 1.96, tolerance = 0.005)
 
-i.e. the drop is larger than a one-sided 97.5 % test of "no change" allows for two independent
-measurements, plus a small absolute slack for floating-point and thread-order differences when an
-interval has zero width. An attack that was measured in the baseline but is skipped or absent now is
-also a regression (the gate must not pass because a check stopped running). Gains are reported, never
-failures. Exit codes: 0 no regression, 1 at least one regression, 2 unusable input (a baseline run
-with no matching new run, a corrupt file, or — unless ``--allow-signature-change`` — a new run whose
-comparability signature differs from its baseline's).
+An attack that was measured in the baseline but is skipped or absent now is also a regression (the
+gate must not pass because a check stopped running). Gains are reported, never failures. Exit codes:
+0 no regression, 1 at least one regression, 2 unusable input (a baseline run with no matching new
+run, a corrupt file, or — unless ``--allow-signature-change`` — a new run whose comparability
+signature differs from its baseline's).
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import argparse
 import json
 import math
 import sys
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,15 +49,22 @@ from typing import Any, Sequence
 from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.plugins import load
-from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.api.types import AttackResult, Estimate, Skip
 from rapt_audit.api.version import __version__
+from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import SCHEMA, RunResult
 from rapt_audit.reporting.collect import collect
 from rapt_audit.scoring.metrics import METRICS
+from rapt_audit.scoring.stats import paired_drop
 
 BASELINE_SCHEMA = "rapt-audit/baseline/1"
 DEFAULT_Z = 1.96
 DEFAULT_TOLERANCE = 0.005
+DEFAULT_PAIRED_TOLERANCE = 0.001
+#: Paired bootstrap resamples: enough for a stable 2.5 % quantile of the drop.
+PAIRED_RESAMPLES = 2000
+#: Statuses that fail the gate.
+FAILING = frozenset({"regressed", "missing", "records"})
 
 
 @dataclass(frozen=True)
@@ -57,7 +77,9 @@ class Comparison:
     base: Estimate | None
     new: Estimate | str | None
     allowed: float
-    status: str  # "ok", "improved", "regressed", "missing"
+    status: str  # "ok", "improved", "regressed", "missing", "records" (other records than the baseline's)
+    test: str = "unpaired"  # "paired" (record by record) or "unpaired" (two intervals)
+    bound: float = math.nan  # paired: the one-sided lower confidence bound of the drop
 
     @property
     def drop(self) -> float:
@@ -83,6 +105,22 @@ def compare_estimates(base: Estimate, new: Estimate, *, higher_is_better: bool, 
     return ("improved" if -worse > allowed else "ok"), allowed
 
 
+def compare_paired(base: Estimate, new: Estimate, *, higher_is_better: bool, z: float = DEFAULT_Z,
+                   tolerance: float = DEFAULT_PAIRED_TOLERANCE, seed: int = 0) -> tuple[str, float]:
+    """``(status, lower bound of the drop)`` under the paired rule (see the module docstring).
+
+    ``status`` is ``"records"`` when the runs scored different numbers of records.
+    """
+    assert base.per_record is not None and new.per_record is not None
+    if len(base.per_record) != len(new.per_record) or new.n < base.n:
+        return "records", math.nan
+    _, lower, upper = paired_drop(base.per_record, new.per_record, higher_is_better=higher_is_better, z=z,
+                                  seed=seed, resamples=PAIRED_RESAMPLES)
+    if lower > tolerance:
+        return "regressed", lower
+    return ("improved" if upper < -tolerance else "ok"), lower
+
+
 def _privacy_measures(outcome: Any) -> dict[str, tuple[Estimate, bool]]:
     """The headline empirical privacy plus every attack metric registered as a privacy measure."""
     load()  # plugins register the metrics they introduce (reconstruction_mse, ...)
@@ -100,9 +138,10 @@ def run_label(result: RunResult) -> str:
             f"on {result.dataset.get('name')}")
 
 
-def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z,
-                 tolerance: float = DEFAULT_TOLERANCE) -> list[Comparison]:
-    """Every privacy comparison of ``new`` against ``base`` (same cell)."""
+def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z, tolerance: float = DEFAULT_TOLERANCE,
+                 paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE) -> list[Comparison]:
+    """Every privacy comparison of ``new`` against ``base`` (same cell): paired where both keep
+    per-record outcomes, unpaired otherwise."""
     out = []
     label = run_label(base)
     for attack, outcome in base.attacks.items():
@@ -117,6 +156,15 @@ def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z,
             new_est = now.empirical_privacy if metric == "empirical_privacy" else now.metrics.get(metric)
             if new_est is None:
                 out.append(Comparison(label, attack, metric, est, "not reported", math.nan, "missing"))
+                continue
+            if est.per_record is not None and new_est.per_record is not None:
+                seed = zlib.crc32(f"{base.cell_id}|{attack}|{metric}".encode("utf-8"))
+                status, lower = compare_paired(est, new_est, higher_is_better=higher, z=z,
+                                               tolerance=paired_tolerance, seed=seed)
+                out.append(Comparison(label, attack, metric, est, new_est, paired_tolerance, status, "paired", lower))
+                continue
+            if new_est.n < est.n:  # fewer records is a weaker check, never a wider interval
+                out.append(Comparison(label, attack, metric, est, new_est, math.nan, "records"))
                 continue
             status, allowed = compare_estimates(est, new_est, higher_is_better=higher, z=z, tolerance=tolerance)
             out.append(Comparison(label, attack, metric, est, new_est, allowed, status))
@@ -153,6 +201,8 @@ def read_baseline(path: str | Path) -> list[RunResult]:
         schema = doc.get("schema") if isinstance(doc, dict) else None
         raise ResultError(f"baseline {path} has schema {schema!r}; this rapt-audit reads {BASELINE_SCHEMA!r} "
                           f"(or a single {SCHEMA!r} result)")
+    for i, d in enumerate(docs):  # the same schema as result files; names the result and the field
+        validate_result_document(d, f"{path} results[{i}]")
     try:
         return [RunResult.from_dict(d) for d in docs]
     except (KeyError, TypeError, ValueError) as exc:
@@ -174,7 +224,8 @@ def write_baseline(path: str | Path, runs: Sequence[str | Path], *, note: str = 
 
 
 def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float = DEFAULT_Z,
-         tolerance: float = DEFAULT_TOLERANCE, allow_signature_change: bool = False,
+         tolerance: float = DEFAULT_TOLERANCE, paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE,
+         allow_signature_change: bool = False,
          baseline_name: str = "the baseline") -> tuple[list[Comparison], list[str]]:
     """Compare ``runs`` to ``baseline``; returns the comparisons and warnings.
 
@@ -182,8 +233,9 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
         ResultError: when a baseline run has no new run with its ``cell_id``, or (unless
             ``allow_signature_change``) when a matched pair's signatures differ.
     """
-    if z < 0 or tolerance < 0:
-        raise UsageError(f"--z and --tolerance must not be negative (got {z}, {tolerance})")
+    if z < 0 or tolerance < 0 or paired_tolerance < 0:
+        raise UsageError(f"--z, --tolerance and --paired-tolerance must not be negative (got {z}, {tolerance}, "
+                         f"{paired_tolerance})")
     by_cell: dict[str, RunResult] = {}
     for r in runs:
         by_cell.setdefault(r.cell_id, r)
@@ -204,7 +256,16 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
                     f"--write-baseline, or compare anyway with --allow-signature-change")
             warnings.append(f"{run_label(b)}: signature changed ({diff}); compared anyway "
                             "(--allow-signature-change); refresh the baseline when the change is intended")
-        comparisons += compare_runs(b, new, z=z, tolerance=tolerance)
+        comparisons += compare_runs(b, new, z=z, tolerance=tolerance, paired_tolerance=paired_tolerance)
+    # A baseline recorded before results kept per-record outcomes (not a measure that keeps none, such
+    # as the mutual-information bound): say that the weaker rule was used, and how to get the paired one.
+    unpaired = sorted(run_label(b) for b in baseline if not any(
+        isinstance(o, AttackResult) and o.empirical_privacy.per_record is not None for o in b.attacks.values()))
+    if unpaired:
+        warnings.append(f"{baseline_name} keeps no per-record outcomes for " + "; ".join(unpaired) +
+                        ", so those runs were compared as two independent intervals, which misses drops of a "
+                        "few points; record the baseline again with this version (rapt-audit check "
+                        "--write-baseline) to get the paired test")
     unmatched = sorted({run_label(r) for r in runs if r.cell_id not in {b.cell_id for b in baseline}})
     if unmatched:
         warnings.append("not in the baseline, so not gated: " + "; ".join(unmatched))
@@ -213,20 +274,38 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
 
 def format_comparisons(comparisons: Sequence[Comparison]) -> str:
     """A table of every comparison, regressions first."""
-    order = {"regressed": 0, "missing": 1, "improved": 2, "ok": 3}
-    lines = [f"{'status':<10} {'run':<34} {'attack / measure':<40} {'baseline':>9} {'now':>9} {'drop':>8} {'allowed':>8}"]
+    order = {"regressed": 0, "records": 1, "missing": 2, "improved": 3, "ok": 4}
+    header = (f"{'status':<10} {'run':<34} {'attack / measure':<40} {'baseline':>9} {'now':>9} {'drop':>8} "
+              f"{'allowed':>8}  test")
+    lines = [header]
     for c in sorted(comparisons, key=lambda c: (order[c.status], c.run, c.attack, c.metric)):
         measure = c.attack if c.metric == "empirical_privacy" else f"{c.attack} / {c.metric}"
         now = f"{c.new.value:.4f}" if isinstance(c.new, Estimate) else "—"
         drop = "" if math.isnan(c.drop) else f"{c.drop:+.4f}"
         allowed = "" if math.isnan(c.allowed) else f"{c.allowed:.4f}"
         base = f"{c.base.value:.4f}" if c.base is not None else "—"
-        status = c.status.upper() if c.status in {"regressed", "missing"} else c.status
+        status = c.status.upper() if c.status in FAILING else c.status
         line = f"{status:<10} {c.run[:34]:<34} {measure[:40]:<40} {base:>9} {now:>9} {drop:>8} {allowed:>8}"
+        if c.test == "paired" and not math.isnan(c.bound):
+            line += f"  paired: drop ≥ {c.bound:+.4f}"
+        elif c.status in {"ok", "improved", "regressed"}:
+            line += "  unpaired"
         if c.status == "missing":
             line += f"   ({c.new})"
+        elif c.status == "records":
+            line += f"   ({_records_note(c)})"
         lines.append(line)
     return "\n".join(lines)
+
+
+def _records_note(c: Comparison) -> str:
+    """Why a comparison has status ``records``: the counts of records scored now and in the baseline."""
+    def count(est: Estimate) -> int:
+        return len(est.per_record) if est.per_record is not None else est.n
+
+    assert c.base is not None and isinstance(c.new, Estimate)
+    return (f"scored {count(c.new)} records, the baseline {count(c.base)}: the same cell must score the same "
+            "records")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -239,7 +318,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="record RUN_DIRS as the new baseline in BASELINE.json instead of checking")
     p.add_argument("--z", type=float, default=DEFAULT_Z, help=f"noise multiplier of the rule (default {DEFAULT_Z})")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
-                   help=f"absolute slack added to the allowed drop (default {DEFAULT_TOLERANCE})")
+                   help=f"unpaired rule: absolute slack added to the allowed drop (default {DEFAULT_TOLERANCE})")
+    p.add_argument("--paired-tolerance", type=float, default=DEFAULT_PAIRED_TOLERANCE,
+                   help="paired rule: the drop's lower confidence bound must exceed this to fail "
+                        f"(default {DEFAULT_PAIRED_TOLERANCE})")
     p.add_argument("--allow-signature-change", action="store_true",
                    help="compare runs whose comparability signature differs from the baseline's (with a warning)")
     p.add_argument("--note", default="", help="with --write-baseline: a note stored in the file")
@@ -256,19 +338,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     if coll.problems:  # a gate must not pass over an input it could not read
         raise ResultError("; ".join(p.message for p in coll.problems))
     comparisons, warnings = gate(baseline, [i.result for i in coll.results], z=args.z, tolerance=args.tolerance,
+                                 paired_tolerance=args.paired_tolerance,
                                  allow_signature_change=args.allow_signature_change, baseline_name=args.baseline)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"privacy-regression gate against {args.baseline}: regression when baseline − now > "
-          f"{args.z:g}·sqrt(se_base² + se_now²) + {args.tolerance:g} (se from the 95 % intervals)")
+    level = NormalDist().cdf(args.z)
+    print(f"privacy-regression gate against {args.baseline}: paired (same records): regression when the "
+          f"{level:.1%} lower bound of the drop > {args.paired_tolerance:g}; unpaired (no per-record outcomes): "
+          f"when baseline − now > {args.z:g}·sqrt(se_base² + se_now²) + {args.tolerance:g}")
     print(format_comparisons(comparisons))
-    bad = [c for c in comparisons if c.status in {"regressed", "missing"}]
+    bad = [c for c in comparisons if c.status in FAILING]
     if bad:
-        print(f"FAILED: {len(bad)} privacy measure(s) regressed or stopped being measured:", file=sys.stderr)
+        print(f"FAILED: {len(bad)} privacy measure(s) regressed, lost records or stopped being measured:",
+              file=sys.stderr)
         for c in bad:
-            if c.status == "regressed":
+            if c.status == "regressed" and c.test == "paired":
+                print(f"  {c.run}: {c.attack} {c.metric} fell from {c.base.value:.4f} to {c.new.value:.4f} "
+                      f"(drop {c.drop:.4f}; paired lower bound {c.bound:.4f} > {c.allowed:g})", file=sys.stderr)
+            elif c.status == "regressed":
                 print(f"  {c.run}: {c.attack} {c.metric} fell from {c.base.value:.4f} to {c.new.value:.4f} "
                       f"(drop {c.drop:.4f} > allowed {c.allowed:.4f})", file=sys.stderr)
+            elif c.status == "records":
+                print(f"  {c.run}: {c.attack} {c.metric}: {_records_note(c)}", file=sys.stderr)
             else:
                 print(f"  {c.run}: {c.attack} {c.metric} is no longer measured ({c.new})", file=sys.stderr)
         return 1
@@ -276,5 +367,5 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["BASELINE_SCHEMA", "Comparison", "add_parser", "cmd_check", "compare_estimates", "compare_runs", "gate",
-           "read_baseline", "standard_error", "write_baseline"]
+__all__ = ["BASELINE_SCHEMA", "Comparison", "add_parser", "cmd_check", "compare_estimates", "compare_paired",
+           "compare_runs", "gate", "read_baseline", "standard_error", "write_baseline"]

@@ -4,22 +4,32 @@ matplotlib with the Agg backend only (no display, no network). Each figure is re
 :class:`Figure` holding PNG and SVG bytes: the HTML report embeds the PNG as a ``data:`` URI and
 the files are also written next to the report. SVGs carry no creation date, so re-rendering the
 same results gives the same files.
+
+Names in a figure come from result files, which anyone can write. matplotlib escapes text for SVG
+itself; on top of that, math text is off (a ``$`` in a name would otherwise be parsed as TeX and a
+malformed one would stop the whole report), characters XML cannot hold are replaced, labels are
+cut to a length a plot can show, and file stems keep only ``[A-Za-z0-9_-]`` (:func:`safe_id`).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
+import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, TypeVar
 
 from rapt_audit.api.types import Skip
 from rapt_audit.reporting.pareto import Point, pareto_front
-from rapt_audit.reporting.summary import Group, Row
+from rapt_audit.reporting.summary import Group, Row, safe_id
 
 #: Colour-blind-safe palette (Okabe–Ito), one colour per defense in a plot.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+_LABEL_CHARS = 60  # longer names are cut: a 10,000-character name would make the image too wide to render
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,24 @@ def _pyplot():  # noqa: ANN202 - matplotlib module
     return plt
 
 
+def _plain_text(draw: _F) -> _F:
+    """Run a figure function with math text off, so every label is drawn as the literal string."""
+
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _pyplot().rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _label(value: object) -> str:
+    """``value`` as text a figure can hold: control, format and unpaired-surrogate characters (invalid in
+    SVG's XML, or bidi overrides that would reorder the label) become U+FFFD; long text is cut."""
+    text = "".join("\ufffd" if unicodedata.category(ch).startswith("C") else ch for ch in str(value))
+    return text if len(text) <= _LABEL_CHARS else text[:_LABEL_CHARS - 1] + "…"
+
+
 def _render(fig: Any, stem: str, caption: str) -> Figure:
     png, svg = io.BytesIO(), io.BytesIO()
     fig.savefig(png, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
@@ -60,6 +88,7 @@ def pareto_points(group: Group, attack: str, utility: str) -> list[Point]:
     return points
 
 
+@_plain_text
 def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figure | None:
     """Empirical privacy against utility for one attack: every defense setting with its 95 % CIs,
     the frontier highlighted, points labelled by their privacy parameter, and the no-privacy
@@ -85,17 +114,17 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
         yerr = [[p.privacy - p.key.privacy[attack].ci_low for _, p in mine],
                 [p.key.privacy[attack].ci_high - p.privacy for _, p in mine]]
         ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, color=colour, marker=marker, linestyle="-", linewidth=1,
-                    markersize=6, capsize=2, alpha=0.9, label=defense)
+                    markersize=6, capsize=2, alpha=0.9, label=_label(defense))
         for _, p in mine:
-            ax.annotate(p.label, (p.utility, p.privacy), textcoords="offset points", xytext=(5, 4), fontsize=7,
-                        color=colour)
+            ax.annotate(_label(p.label), (p.utility, p.privacy), textcoords="offset points", xytext=(5, 4),
+                        fontsize=7, color=colour)
     # The no-privacy result (identity, or η = ∞) is a reference level, drawn as a dashed line as in the
     # RAPT figures; several such rows at the same level (t2t and pct2t at η = ∞) share one line.
     levels: dict[float, list[Point]] = {}
     for p in (p for p in points if p.key.no_privacy):
         levels.setdefault(round(p.privacy, 9), []).append(p)
     for level, same in levels.items():
-        names = ", ".join(f"{p.key.defense} {p.label}" for p in same)
+        names = ", ".join(f"{_label(p.key.defense)} {_label(p.label)}" for p in same)
         ax.axhline(level, color="0.35", linestyle="--", linewidth=1.1, label=f"no privacy ({names}): {level:.3f}")
         for p in same:
             ax.axvline(p.utility, color="0.6", linestyle=":", linewidth=1)
@@ -104,9 +133,9 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
             zorder=0, drawstyle="steps-pre" if len(fpts) > 1 else "default")
     ax.scatter([p.utility for p in fpts], [p.privacy for p in fpts], s=150, facecolors="none",
                edgecolors="black", linewidths=1.6, zorder=5, label="Pareto frontier")
-    ax.set_xlabel(f"utility: {utility} ↑")
+    ax.set_xlabel(f"utility: {_label(utility)} ↑")
     ax.set_ylabel("empirical privacy ↑ (1 − attack success)")
-    ax.set_title(f"{attack}: privacy vs utility", fontsize=11)
+    ax.set_title(f"{_label(attack)}: privacy vs utility", fontsize=11)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best", framealpha=0.85)
     caption = (f"{attack}: empirical privacy (higher = more private) against {utility} (higher = more useful), "
@@ -119,6 +148,7 @@ def _level(row: Row) -> float:
     return math.inf if math.isnan(value) else value
 
 
+@_plain_text
 def replacement_figure(doc: dict[str, Any], *, stem: str) -> Figure | None:
     """Word-replacement probability per η from a calibration document, with RAPT Table III for reference."""
     rows = [r for r in doc.get("rows", []) if str(r.get("eta")) != "inf"]
@@ -130,7 +160,8 @@ def replacement_figure(doc: dict[str, Any], *, stem: str) -> Figure | None:
     vals = [r["replacement"]["value"] for r in rows]
     err = [[v - r["replacement"]["ci_low"] for v, r in zip(vals, rows)],
            [r["replacement"]["ci_high"] - v for v, r in zip(vals, rows)]]
-    ax.errorbar(etas, vals, yerr=err, marker="o", capsize=3, label=f"{doc.get('defense')} on {doc.get('model')}")
+    ax.errorbar(etas, vals, yerr=err, marker="o", capsize=3,
+                label=f"{_label(doc.get('defense'))} on {_label(doc.get('model'))}")
     ref = [(float(r["eta"]), r["rapt_table_iii_bert_base"]) for r in rows if r.get("rapt_table_iii_bert_base")]
     if ref:
         ax.plot(*zip(*ref), marker="x", linestyle="--", color="0.4", label="RAPT Table III (BERT-base)")
@@ -143,6 +174,7 @@ def replacement_figure(doc: dict[str, Any], *, stem: str) -> Figure | None:
                               "95 % Wilson intervals.")
 
 
+@_plain_text
 def deniability_figure(doc: dict[str, Any], *, stem: str) -> Figure | None:
     """Histograms of N_w and S_w per η (plausible deniability, Qu et al. 2021 Sec. 5.3)."""
     items = [d for d in doc.get("deniability", []) if d.get("n_w") and d.get("s_w")]
@@ -152,8 +184,9 @@ def deniability_figure(doc: dict[str, Any], *, stem: str) -> Figure | None:
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.6))
     for i, d in enumerate(items):
         colour = PALETTE[i % len(PALETTE)]
-        axes[0].hist(d["n_w"], bins=20, range=(0, d["repeats"]), alpha=0.5, color=colour, label=f"η={d['eta']}")
-        axes[1].hist(d["s_w"], bins=20, range=(0, d["repeats"]), alpha=0.5, color=colour, label=f"η={d['eta']}")
+        label = f"η={_label(d['eta'])}"
+        axes[0].hist(d["n_w"], bins=20, range=(0, d["repeats"]), alpha=0.5, color=colour, label=label)
+        axes[1].hist(d["s_w"], bins=20, range=(0, d["repeats"]), alpha=0.5, color=colour, label=label)
     axes[0].set_xlabel(f"N_w: outputs equal to the input word (of {items[0]['repeats']})")
     axes[1].set_xlabel(f"S_w: distinct outputs (of {items[0]['repeats']})")
     for ax in axes:
@@ -170,7 +203,8 @@ def group_figures(group: Group, utility: str | None, *, prefix: str) -> dict[str
         return {}
     out = {}
     for attack in group.attacks:
-        fig = pareto_figure(group, attack, utility, stem=f"{prefix}pareto-{attack}")
+        # The attack name comes from the result file: safe_id keeps the stem a plain file name and HTML id.
+        fig = pareto_figure(group, attack, utility, stem=f"{prefix}pareto-{safe_id(attack)}")
         if fig is not None:
             out[attack] = fig
     return out

@@ -14,6 +14,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import quote
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.files import write_text_atomic
@@ -26,8 +27,12 @@ def _cell(text: object) -> str:
     """``text`` as literal Markdown text on one line: no markup, links or table syntax from a result survives."""
     flat = " ".join(str(text).split())
     flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    # Underscores stay: inside names (random_guess) they never form emphasis, and nothing else can.
-    return re.sub(r"([\\`*\[\]|])", r"\\\1", flat)
+    # Code, emphasis, strike-through, links and table pipes; and ':' '@', which GitHub's automatic links
+    # (https://x, a@b.org) need: a backslash escape stops them and shows the character itself.
+    flat = re.sub(r"([\\`*~\[\]|:@])", r"\\\1", flat)
+    # The dot of www.x (an automatic link without a scheme), and an underscore that could open or close
+    # emphasis; inside a word (random_guess) it never does, so names stay readable.
+    return re.sub(r"(?i)(?<=www)\.|(?<!\w)_|_(?!\w)", lambda m: "\\" + m.group(), flat)
 
 
 def _name(name: str) -> str:
@@ -36,11 +41,12 @@ def _name(name: str) -> str:
 
 
 def _short_sha(sha: str) -> str:
-    return sha[:12] + ("-dirty" if sha.endswith("-dirty") else "")
+    return _cell(sha[:12] + ("-dirty" if sha.endswith("-dirty") else ""))
 
 
 def _link(report: str | None, anchor: str) -> str:
-    return f"[report]({report}#{anchor})" if report else ""
+    # The anchor is a hash id; quote() keeps a report path with spaces or parentheses one link target.
+    return f"[report]({quote(report)}#{anchor})" if report else ""
 
 
 def group_table(group: Group, *, report: str | None) -> list[str]:
@@ -48,7 +54,7 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
     first = group.first
     ds = first.dataset
     measured = group.measured_attacks
-    splits = "/".join(str(ds.get("splits", {}).get(k, "?"))
+    splits = "/".join(_cell(ds.get("splits", {}).get(k, "?"))
                       for k in ("victim_train", "victim_test", "attacker_train", "attacker_valid"))
     lines = [f"## {_cell(ds.get('name'))} · profile {_cell(first.config.get('profile'))} · "
              f"model {_cell(first.config.get('model'))}",
@@ -84,7 +90,7 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
                        preamble: str = "") -> str:
     """The Markdown text of the leaderboard for the results in ``coll``."""
     groups = group_results(coll.results)
-    profiles = sorted({str(i.result.config.get("profile")) for i in coll.results})
+    profiles = sorted({_cell(i.result.config.get("profile")) for i in coll.results})
     shas = sorted({str(i.result.env.get("git_sha")) for i in coll.results})
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# {title}", "",
@@ -99,7 +105,8 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
     if any(i.result.synthetic for i in coll.results):
         lines += ["> **WARNING: some rows come from SYNTHETIC DEMO DATA** and say nothing about real-world privacy.", ""]
     if coll.problems:
-        lines += ["Inputs left out:", ""] + [f"- `{p.path}`: {_cell(p.message)}" for p in coll.problems] + [""]
+        lines += ["Inputs left out:", ""]
+        lines += [f"- {_name(str(p.path))}: {_cell(p.message)}" for p in coll.problems] + [""]
     for group in groups:
         lines += group_table(group, report=report)
     return "\n".join(lines).rstrip() + "\n"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
+from urllib.parse import quote
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_bytes_atomic, write_text_atomic
@@ -30,7 +31,7 @@ from rapt_audit.reporting.audits import audit_docs_html
 from rapt_audit.reporting.collect import Collection, collect, relative_path
 from rapt_audit.reporting.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
 from rapt_audit.reporting.style import CSP, STYLE
-from rapt_audit.reporting.summary import Group, group_results
+from rapt_audit.reporting.summary import Group, group_results, safe_id
 from rapt_audit.scoring.metrics import METRICS
 
 e = html.escape
@@ -79,7 +80,8 @@ def _summary_table(group: Group) -> str:
     head = "".join(f"<th>{e(m)} {arrow(m)}</th>" for m in util)
     head += "".join(f'<th>{e(a)} ↑<span class="sub">empirical privacy</span></th>' for a in attacks)
     verbatim = any(row.unchanged_share is not None for row in group.rows)
-    head += '<th>released unchanged<span class="sub">share of units sent as they were</span></th>' if verbatim else ""
+    head += ('<th>released unchanged<span class="sub">share of units sent as they were; named entities (spaCy) '
+             'found verbatim</span></th>' if verbatim else "")
     body = []
     for row in group.rows:
         flags = ' <span class="tag">no privacy</span>' if row.no_privacy else ""
@@ -87,8 +89,9 @@ def _summary_table(group: Group) -> str:
         cells = "".join(_est_cell(row.utility.get(m)) for m in util)
         cells += "".join(_est_cell(row.privacy.get(a)) for a in attacks)
         if verbatim:
-            share = row.unchanged_share
-            cells += f'<td class="num">{"—" if share is None else f"{100 * share:.1f} %"}</td>'
+            share, entities = row.unchanged_share, row.entities_verbatim
+            named = "" if entities is None else f'<span class="sub">named entities {entities[0]} of {entities[1]}</span>'
+            cells += f'<td class="num">{"—" if share is None else f"{100 * share:.1f} %"}{named}</td>'
         body.append(f'<tr id="{e(row.anchor)}"><th scope="row">{e(row.defense)}{flags}</th><td>{e(row.setting)}</td>'
                     f'<td>{", ".join(map(str, row.seeds))}</td>{cells}</tr>')
     return (f'<table class="summary"><thead><tr><th>defense</th><th>setting</th><th>seeds</th>{head}</tr></thead>'
@@ -99,8 +102,10 @@ def _figure_html(fig: Figure, files_rel: str | None) -> str:
     data = base64.b64encode(fig.png).decode("ascii")
     links = ""
     if files_rel is not None:
-        links = (f' <a href="{e(files_rel)}/{e(fig.stem)}.png">PNG</a> · '
-                 f'<a href="{e(files_rel)}/{e(fig.stem)}.svg">SVG</a>')
+        # A relative URL whatever the folder is called: quote() encodes ':', '#', '?' and spaces.
+        base = files_rel.replace(os.sep, "/")
+        links = (f' <a href="{e(quote(f"{base}/{fig.stem}.png"))}">PNG</a> · '
+                 f'<a href="{e(quote(f"{base}/{fig.stem}.svg"))}">SVG</a>')
     return (f'<figure id="fig-{e(fig.stem)}"><img alt="{e(fig.caption)}" src="data:image/png;base64,{data}">'
             f'<figcaption>{e(fig.caption)}{links}</figcaption></figure>')
 
@@ -162,7 +167,7 @@ def _attack_detail(group: Group, attack: str) -> str:
         cells = "".join(_est_cell(row.metrics[attack].get(m)) for m in metric_names)
         body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>{_est_cell(outcome)}"
                     f"{cells}<td>{details}</td></tr>")
-    return (f"<section class='attack' id='{e(group.anchor)}-attack-{e(attack)}'><h4>{e(attack)}</h4>{about}"
+    return (f"<section class='attack' id='{group.anchor}-attack-{safe_id(attack)}'><h4>{e(attack)}</h4>{about}"
             f"<table><thead><tr><th>defense</th><th>setting</th><th>empirical privacy ↑</th>{head}"
             f"<th>details (first seed)</th></tr></thead><tbody>{''.join(body)}</tbody></table></section>")
 
@@ -190,6 +195,16 @@ def _provenance(group: Group, base: Path) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
+def _pretraining_note(group: Group) -> str:
+    """Which rows' services pretrained their encoder on privatized public text, and what that does not change."""
+    adapted = [f"{e(row.defense)} {e(row.setting)}: {e(row.pretraining)}" for row in group.rows if row.pretraining]
+    if not adapted:
+        return ""
+    return ("<p class='note'>Privacy-adaptive pretraining (Qu et al., CIKM 2021) — " + "; ".join(adapted) +
+            ". It changes the service's model only, not what users release: every attack sees the same release "
+            "as without pretraining, so only utility can differ.</p>")
+
+
 def _versions_line(env: dict[str, Any]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in dict(env.get("versions", {})).items())
     return f"{versions}; Python {env.get('python', '?')} on {env.get('platform', '?')}"
@@ -208,7 +223,7 @@ def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, ba
              "the reconstruction error); intervals are 95 %.</p>"]
     if any(r.synthetic for r in group.rows):
         parts.append(f"<p class='banner warn'><strong>{e(SYNTHETIC_WARNING)}</strong></p>")
-    parts += ["<h3>Summary</h3>", _summary_table(group)]
+    parts += ["<h3>Summary</h3>", _summary_table(group), _pretraining_note(group)]
     if group.skipped_attacks:
         parts.append("<p class='note'>Not applicable here (skipped for every setting): " + "; ".join(
             f"<code>{e(a)}</code> ({e(reason)})" for a, reason in group.skipped_attacks.items()) + ".</p>")
@@ -233,7 +248,8 @@ def _calibration_docs_html(coll: Collection, figs: list[tuple[Any, list[Figure]]
     for (path, doc), (_, doc_figs) in zip(coll.calibrations, figs):
         rows = "".join(
             f"<tr><td>{e(str(r.get('eta')))}</td>{_est_cell(_estimate(r.get('replacement')))}<td>{e(str(r.get('units')))}</td>"
-            f"<td>{'' if r.get('rapt_table_iii_bert_base') is None else r['rapt_table_iii_bert_base']}</td></tr>"
+            f"<td>{'' if r.get('rapt_table_iii_bert_base') is None else e(str(r['rapt_table_iii_bert_base']))}"
+            "</td></tr>"
             for r in doc.get("rows", []))
         parts.append(f"<h3>{e(str(doc.get('defense')))} on {e(str(doc.get('model')))} "
                      f"<small><code>{e(relative_path(path, base))}</code></small></h3>"
@@ -250,11 +266,11 @@ def _calibration_docs_html(coll: Collection, figs: list[tuple[Any, list[Figure]]
     return "\n".join(parts)
 
 
-def _estimate(data: Any) -> Any:
+def _estimate(data: Any) -> Estimate | Skip:
     try:
         return Estimate.from_dict(data)
     except (KeyError, TypeError, ValueError):
-        return "unreadable"
+        return Skip("unreadable in the calibration file")
 
 
 def build_report(coll: Collection, *, title: str = "rapt-audit report", base: Path = Path("."),

@@ -36,6 +36,21 @@ def _num(value: Any) -> float | None:
         return None
 
 
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def safe_id(name: str) -> str:
+    """``name`` as an HTML id part and file-name stem: ``[A-Za-z0-9_-]`` only, whatever a result file holds.
+
+    A clean name is kept as it is (stable links and file names); any other gets its unsafe characters
+    replaced and a hash of the original appended, so two names never share an id (``a b`` and ``a-b``).
+    """
+    cleaned = _UNSAFE_ID.sub("-", name)
+    if cleaned == name and name:
+        return name
+    return f"{cleaned}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+
+
 def _fmt(value: float) -> str:
     return "∞" if math.isinf(value) else f"{value:g}"
 
@@ -75,6 +90,30 @@ class Row:
         return None if value is None else float(value)
 
     @property
+    def pretraining(self) -> str | None:
+        """``denoise MLM, 150 steps on wikitext2`` when the service pretrained its encoder (first run), else None."""
+        customization = self.release_meta.get("customization")
+        record = customization.get("pretraining") if isinstance(customization, dict) else None
+        if not isinstance(record, dict) or not record:
+            return None
+        settings = record.get("settings")
+        steps = settings.get("steps", "?") if isinstance(settings, dict) else "?"
+        return f"{record.get('objective')} MLM, {steps} steps on {record.get('corpus')}"
+
+    @property
+    def entities_verbatim(self) -> tuple[int, int] | None:
+        """``(verbatim, found)``: named entities of the original text that the release carries verbatim
+        (spaCy's, all types; first run), or ``None`` when the result does not count them."""
+        verbatim = self.release_meta.get("verbatim")
+        entities = verbatim.get("entities") if isinstance(verbatim, dict) else None
+        if not isinstance(entities, dict) or not entities:
+            return None
+        counts = [(c.get("verbatim"), c.get("found")) for c in entities.values() if isinstance(c, dict)]
+        if not counts or not all(isinstance(v, int) and isinstance(f, int) for v, f in counts):
+            return None
+        return sum(v for v, _ in counts), sum(f for _, f in counts)
+
+    @property
     def privacy_level(self) -> float:
         """The numeric privacy parameter for ordering (η or ε; ``inf`` = none; NaN if unknown)."""
         for key in ("eta", "epsilon"):
@@ -95,7 +134,7 @@ class Row:
         """A stable HTML id for the row (leaderboard links point at it)."""
         raw = json.dumps([self.signature, self.defense, self.params], sort_keys=True, default=str)
         # The name comes from a result file, which anyone can write: only [A-Za-z0-9_-] reach the id.
-        safe = re.sub(r"[^A-Za-z0-9_-]", "-", self.defense)
+        safe = _UNSAFE_ID.sub("-", self.defense)
         return f"row-{safe}-{hashlib.sha256(raw.encode('utf-8')).hexdigest()[:10]}"
 
 
@@ -164,8 +203,8 @@ def _label(row: Row, varying: Iterable[str]) -> str:
     parts = []
     target = row.params.get("replacement")
     if target is not None:
-        eta = _num(meta.get("eta"))
-        parts.append(f"p={target:g}" + (f" (η={eta:.3g})" if eta is not None else ""))
+        eta, p = _num(meta.get("eta")), _num(target)
+        parts.append(f"p={target if p is None else format(p, 'g')}" + (f" (η={eta:.3g})" if eta is not None else ""))
     else:
         for key, symbol in PRIVACY_PARAMS[1:]:
             value = _num(row.params.get(key))
@@ -220,4 +259,4 @@ def fmt_estimate(est: Estimate, digits: int = 3) -> str:
     return f"{est.value:.{digits}f} [{est.ci_low:.{digits}f}, {est.ci_high:.{digits}f}]"
 
 
-__all__ = ["Group", "PRIVACY_PARAMS", "Row", "fmt_estimate", "group_results"]
+__all__ = ["PRIVACY_PARAMS", "Group", "Row", "fmt_estimate", "group_results", "safe_id"]

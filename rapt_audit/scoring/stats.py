@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rapt_audit.api.types import Estimate
+from rapt_audit.api.types import Estimate, PerRecord
 
 #: Bootstrap resamples used unless a caller asks otherwise (enough for stable 2.5/97.5 percentiles).
 DEFAULT_RESAMPLES = 1000
@@ -32,7 +32,8 @@ def bootstrap_mean(values: Sequence[float] | np.ndarray, *, rng: np.random.Gener
 
     With ``weights`` this is a ratio estimator: e.g. per-sentence counts of correct tokens as
     ``values * weights`` and token counts as ``weights`` give token accuracy with sentences as the
-    resampled unit.
+    resampled unit. The estimate keeps those per-unit parts (``Estimate.per_record``) so that two runs
+    over the same records can be compared paired.
 
     Args:
         values: One number per independent unit (per record).
@@ -64,7 +65,7 @@ def bootstrap_mean(values: Sequence[float] | np.ndarray, *, rng: np.random.Gener
     low, high = np.quantile(means, [alpha, 1.0 - alpha]) if means.size else (point, point)
     # Percentile intervals can exclude the point estimate on tiny, skewed samples; widen to keep it.
     return Estimate(point, float(min(low, point)), float(max(high, point)), int(x.size),
-                    "bootstrap-percentile", level)
+                    "bootstrap-percentile", level, PerRecord(tuple((x * w).tolist()), tuple(w.tolist())))
 
 
 def bootstrap_statistic(n_units: int, statistic: Callable[[np.ndarray], float], *, rng: np.random.Generator,
@@ -83,6 +84,45 @@ def bootstrap_statistic(n_units: int, statistic: Callable[[np.ndarray], float], 
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(draws, [alpha, 1.0 - alpha]) if draws.size else (point, point)
     return Estimate(point, float(min(low, point)), float(max(high, point)), n_units, "bootstrap-percentile", level)
+
+
+def paired_drop(base: PerRecord, new: PerRecord, *, higher_is_better: bool, z: float = 1.96,
+                seed: int = 0, resamples: int = 2000) -> tuple[float, float, float]:
+    """``(drop, lower, upper)``: how much worse ``new`` is than ``base``, with one-sided paired bounds.
+
+    For two ratio estimates over the same records in the same order (``Estimate.per_record`` of two
+    runs of one configuration); the regression gate's paired rule.
+
+    Both runs are resampled on the *same* bootstrap draws of record indices, so what the records have
+    in common cancels and only the records whose outcome changed move the drop. ``lower`` and ``upper``
+    are the ``1 − Φ(z)`` and ``Φ(z)`` quantiles of the resampled drop.
+
+    Raises:
+        ValueError: when the two runs hold different numbers of records (not pairable).
+    """
+    if len(base) != len(new):
+        raise ValueError(f"cannot pair {len(new)} records with the baseline's {len(base)}")
+    sign = 1.0 if higher_is_better else -1.0
+    drop = sign * (base.value - new.value)
+    nb, db = np.asarray(base.num), np.asarray(base.den)
+    nn, dn = np.asarray(new.num), np.asarray(new.den)
+    n = len(base)
+    if n == 0:
+        return drop, drop, drop
+    rng = np.random.default_rng(seed)
+    chunk = max(1, 4_000_000 // n)  # bounds memory at paper-scale record counts
+    draws = []
+    for start in range(0, resamples, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, resamples - start), n))
+        sb, sn = db[idx].sum(axis=1), dn[idx].sum(axis=1)
+        ok = (sb > 0) & (sn > 0)  # a resample with no weight has no value in one of the runs
+        draws.append(sign * (nb[idx].sum(axis=1)[ok] / sb[ok] - nn[idx].sum(axis=1)[ok] / sn[ok]))
+    drops = np.concatenate(draws)
+    if drops.size == 0:
+        return drop, drop, drop
+    level = NormalDist().cdf(z)
+    lower, upper = np.quantile(drops, [1.0 - level, level])
+    return drop, float(min(lower, drop)), float(max(upper, drop))
 
 
 def wilson(successes: int, trials: int, *, level: float = 0.95) -> Estimate:

@@ -18,8 +18,11 @@ if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and han
 def customized_utility(train_texts: Sequence[str], y_train: np.ndarray, test_texts: Sequence[str], y_test: np.ndarray,
                        *, method: str, overrides: Mapping[str, Any], ctx: RunContext, key: str,
                        plain: PlainTokens | None = None, reconstruction: bool = True,
-                       extra_settings: Mapping[str, Any] | None = None) -> tuple[dict[str, Estimate], dict[str, Any]]:
+                       extra_settings: Mapping[str, Any] | None = None,
+                       loaded: Any = None) -> tuple[dict[str, Estimate], dict[str, Any]]:
     """Customize the public encoder on the privatized training texts; score it on the privatized test texts.
+
+    ``loaded`` replaces the run's public encoder (e.g. one adapted by privacy-adaptive pretraining).
 
     Returns:
         The estimates (accuracy, macro-F1 and ROC AUC — macro one-vs-rest beyond two classes — with bootstrap CIs) and a
@@ -27,7 +30,7 @@ def customized_utility(train_texts: Sequence[str], y_train: np.ndarray, test_tex
     """
     settings = resolve_settings(method, ctx.profile, {**overrides, **(extra_settings or {})})
     n_labels = int(max(np.max(y_train), np.max(y_test))) + 1
-    loaded = ctx.encoder()
+    loaded = loaded if loaded is not None else ctx.encoder()
     started = time.perf_counter()
     bar = None
     if ctx.progress:

@@ -82,11 +82,14 @@ def test_end_to_end_throughput(benchmark, words_file, defense, unit):
 
 def _peak_rss_mb(*argv: str) -> float:
     """Peak resident memory (MB) of a fresh ``rapt-audit`` process running ``argv``."""
-    code = ("import resource, sys\nfrom rapt_audit.cli import main\ncode = main()\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nraise SystemExit(code)")
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child of a large parent
+    # (a pytest process holding a model) would report the parent's peak instead of its own.
+    code = ("import sys\nfrom rapt_audit.cli import main\ncode = main()\n"
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+            "print(hwm, file=sys.stderr)\nraise SystemExit(code)")
     done = subprocess.run([sys.executable, "-c", code, *argv], check=True, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
-    return int(done.stderr.strip().splitlines()[-1]) / 1024  # ru_maxrss is in kB on Linux
+    return int(done.stderr.strip().splitlines()[-1]) / 1024  # VmHWM is in kB
 
 
 @pytest.mark.parametrize("n_words", [10, 100, 1_000, 10_000])

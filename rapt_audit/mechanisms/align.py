@@ -1,4 +1,4 @@
-"""Aligning original and released units (words or tokens) for scoring and for adaptive training.
+"""Aligning original and released units (words or tokens): for scoring, adaptive attacks and pretraining.
 
 Text defenses do not always keep unit counts: token-level T2T is detokenized, so ``un ##bel``
 becomes one word and a released ``##ing`` at a word start re-tokenizes differently. Scoring
