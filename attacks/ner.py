@@ -35,8 +35,10 @@ from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Estimate, PerRecord, Record, Release, Skip
 from rapt_audit.mechanisms.align import align
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
-from rapt_audit.attacks._ner_tags import Word, iob_labels, load_spacy_ner, spacy_spans, spans_to_tags, tokenize_words
+from rapt_audit.attacks._ner_tags import Word, iob_labels, spacy_spans, spans_to_tags, tokenize_words
 from rapt_audit.data import load_dataset
+from rapt_audit.mechanisms.engines import tagger
+from rapt_audit.mechanisms.pos import entity_docs
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_statistic
@@ -100,8 +102,8 @@ def reference_tags(truth: Sequence[Record], words: Sequence[Sequence[Word]], *,
     """Gold IOB2 tags of the victim's original words, or silver ones from spaCy when there is no gold."""
     if any(r.entities for r in truth):
         return [spans_to_tags(w, r.entities) for w, r in zip(words, truth)], False
-    nlp = ctx.shared(("spacy_ner",), load_spacy_ner)
-    return [spans_to_tags(w, spacy_spans(doc)) for w, doc in zip(words, nlp.pipe([r.text for r in truth]))], True
+    docs = entity_docs(tagger(ctx), [r.text for r in truth])
+    return [spans_to_tags(w, spacy_spans(doc)) for w, doc in zip(words, docs)], True
 
 
 @dataclass
@@ -366,11 +368,10 @@ class SpacyNERAttack(NERAttackBase):
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> SpacyNERAttack:
         """Nothing to train; loads the spaCy pipeline."""
         self._used = aux
-        ctx.shared(("spacy_ner",), load_spacy_ner)
+        tagger(ctx)  # the run's one spaCy pipeline; its NER is what this attack runs
         self._fit_details = {"model": "spacy en_core_web_sm (off the shelf)"}
         return self
 
     def tag(self, texts: Sequence[str], words: Sequence[Sequence[Word]], *, ctx: RunContext) -> list[list[str]]:
         """spaCy's entities over each text, as IOB2 tags of its words."""
-        nlp = ctx.shared(("spacy_ner",), load_spacy_ner)
-        return [spans_to_tags(w, spacy_spans(doc)) for w, doc in zip(words, nlp.pipe(list(texts)))]
+        return [spans_to_tags(w, spacy_spans(doc)) for w, doc in zip(words, entity_docs(tagger(ctx), list(texts)))]

@@ -51,13 +51,17 @@ for _key in ("pretrain", "pretrain_steps", "pretrain_corpus"):
 
 
 def read_corpus(ctx: RunContext, path: str | None) -> tuple[str, str, list[str]]:
-    """``(name, fingerprint, texts)`` of the public pretraining corpus.
+    """``(name, fingerprint, texts)`` of the public pretraining corpus, read once per run.
 
     ``path``: a UTF-8 text file, one passage per line; None: WikiText-2 from the data directory.
 
     Raises:
         DataError: a missing or empty corpus, with how to provide one.
     """
+    return ctx.shared(("pretraining-corpus", path), lambda: _read_corpus(ctx, path))
+
+
+def _read_corpus(ctx: RunContext, path: str | None) -> tuple[str, str, list[str]]:
     if path is not None:
         file = Path(path).expanduser()
         if not file.is_file():

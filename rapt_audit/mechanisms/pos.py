@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -153,8 +153,16 @@ def entity_mentions(nlp, texts: Iterable[str], *, batch_size: int = 256) -> list
     also run where nothing is accounted (calibration, the training texts). NER reads about 10,000
     words/s on one core.
     """
-    docs = nlp.get_pipe("ner").pipe(nlp.tokenizer.pipe(texts, batch_size=batch_size), batch_size=batch_size)
-    return [[(entity.label_, entity.text) for entity in doc.ents] for doc in docs]
+    return [[(entity.label_, entity.text) for entity in doc.ents] for doc in entity_docs(nlp, texts, batch_size=batch_size)]
+
+
+def entity_docs(nlp, texts: Iterable[str], *, batch_size: int = 256) -> Iterable[Any]:  # noqa: ANN001 - spacy.Language
+    """spaCy docs of ``texts`` with only the NER run on them (``doc.ents`` set), from :func:`load_tagger`'s pipeline.
+
+    The one NER of a run: the verbatim accounting and the spaCy NER attack both read it, so the
+    model is loaded once (:func:`rapt_audit.mechanisms.engines.tagger`).
+    """
+    return nlp.get_pipe("ner").pipe(nlp.tokenizer.pipe(texts, batch_size=batch_size), batch_size=batch_size)
 
 
 def vocabulary_lexicon(nlp, words: Sequence[str], *, cache_file: Path | None = None) -> dict[str, list[str]]:  # noqa: ANN001
