@@ -11,6 +11,10 @@ The public API is small and cheap to import (no torch until a plugin needs it)::
     from rapt_audit import audit_defense            # lower bounds on a mechanism's privacy loss vs its claim
     report = audit_defense("t2t", {"eta": 5}, samples=2000, pairs=2)
 
+    from rapt_audit import load, summarize          # stored results as pandas DataFrames
+    frame = load("runs/t2t-eta")                    # one row per result × measure
+    table = summarize("runs/t2t-eta")               # the report's rows: seeds combined, 95 % intervals
+
 The package is layered (see ARCHITECTURE.md); this module only re-exports the public names.
 """
 
@@ -22,6 +26,8 @@ from rapt_audit.pipeline.config import RunConfig, build_config
 from rapt_audit.pipeline.runner import run
 from rapt_audit.pipeline.privacy_audit import audit_defense
 from rapt_audit.pipeline.user_side import Privatizer, privatize
+from rapt_audit.reporting.frames import load, summarize
 
 __all__ = ["Attack", "AttackResult", "AttackerData", "Defense", "Estimate", "Privatizer", "Record", "Release",
-           "RunConfig", "Skip", "Span", "__version__", "audit_defense", "build_config", "privatize", "run"]
+           "RunConfig", "Skip", "Span", "__version__", "audit_defense", "build_config", "load", "privatize", "run",
+           "summarize"]

@@ -65,6 +65,10 @@ FIXTURES: dict[str, Callable[[Path], object]] = {
     "reviews.jsonl": lambda path: path.write_text('{"id": 1, "body": "Great food, rude staff in Leeds."}\n',
                                                   encoding="utf-8"),
     "reviews.csv": lambda path: path.write_text('id,review\n1,"Great food, rude staff in Leeds."\n', encoding="utf-8"),
+    # The user's own dataset of the documented `run --dataset my_reviews.csv` (enough rows for real smoke splits).
+    "my_reviews.csv": lambda path: path.write_text("review,stars,gender,age\n" + "".join(
+        f'"Order {i} from the {("Leeds", "York")[i % 2]} shop was {("slow", "great")[i % 2]}.",{i % 2 + 1},'
+        f'{("female", "male")[i % 3 == 0]},{20 + i % 50}\n' for i in range(200)), encoding="utf-8"),
 }
 
 #: What is appended to documented commands to keep them cheap (argparse and --set: the last value wins).
@@ -175,7 +179,8 @@ def _needs_real_data(argv: tuple[str, ...]) -> str | None:
     named = [getattr(args, "dataset", None)]
     named += [s.partition("=")[2] for s in getattr(args, "sets", []) if s.startswith("dataset=")]
     named += [v for s in getattr(args, "sweeps", []) if s.startswith("dataset=") for v in s[8:].split(",")]
-    real = [n for n in named if n and n != "synthetic"]
+    # The synthetic corpus and the user's own files built as FIXTURES run anywhere.
+    real = [n for n in named if n and n != "synthetic" and n not in FIXTURES]
     if (real or getattr(args, "data_dir", None)) and not os.environ.get(DATA_ENV):
         return f"documented for real data ({', '.join(real) or '--data-dir'}); set {DATA_ENV} to the data directory"
     return None
@@ -187,7 +192,11 @@ def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str
     return code, captured.out, captured.err
 
 
-def _build_fixtures(argv: tuple[str, ...], work: Path) -> None:
+def _build_fixtures(argv: tuple[str, ...], work: Path, *, inputs_of_run: bool = False) -> None:
+    """Build the fixtures a documented command names; for ``run``, only its ``--dataset`` file (its
+    ``--out`` must stay as the user would find it: empty)."""
+    if inputs_of_run:
+        argv = tuple(v for flag, v in zip(argv, argv[1:]) if flag == "--dataset")
     for documented, build in FIXTURES.items():
         if documented in argv:
             (work / documented).parent.mkdir(parents=True, exist_ok=True)
@@ -232,10 +241,12 @@ def test_documented_command_runs(command: DocLine, workdir: Path, capsys: pytest
         reason = _needs_real_data(command.argv)
         if reason:
             pytest.skip(reason)
+        _build_fixtures(command.argv, workdir, inputs_of_run=True)
+        before = sorted(workdir.rglob("*"))
         code, out, err = _main(argv + DRY_RUN, capsys)
         assert code == 0, f"{command.where}: {shlex.join(argv)} --dry-run exited {code}: {err}"
         assert "nothing was run or written" in out
-        assert list(workdir.iterdir()) == [], "a dry run must write nothing"
+        assert sorted(workdir.rglob("*")) == before, "a dry run must write nothing"
         return
     _build_fixtures(command.argv, workdir)
     if name == "calibrate":
@@ -252,6 +263,7 @@ def test_documented_run_runs_for_real(command: DocLine, workdir: Path, capsys: p
     if reason:
         pytest.skip(reason)
     argv = [a for a in command.argv[1:] if a != "--dry-run"] + SMOKE_RUN
+    _build_fixtures(command.argv, workdir, inputs_of_run=True)
     code, _out, err = _main(argv, capsys)
     assert code == 0, f"{command.where}: {shlex.join(argv)} exited {code}: {err}"
     assert list(workdir.rglob("result.json")), "a run writes its result"

@@ -45,6 +45,8 @@ def plan_rows(checked: runner.Plan) -> list[tuple[str, str]]:
     kind = "SYNTHETIC DEMO DATA" if dataset.synthetic else dataset.source
     labels = "" if dataset.has_labels else "; no task labels, so utility is not measured"
     rows.append(("dataset", f"{dataset.name}, {len(dataset.records)} records ({kind}){labels}"))
+    if "columns" in dataset.notes:  # the user's own file: say what was read from it, and what was not
+        rows.append(("columns", _file_columns(dataset)))
     rows.append(("splits", _params(checked.splits.sizes())))
     rows.append(("run", f"profile {config.profile}, model {config.model}, seed {config.seed}, device {config.device}"))
     run, skipped = [], []
@@ -60,6 +62,30 @@ def plan_rows(checked: runner.Plan) -> list[tuple[str, str]]:
         rows.append(("", f"{len(skipped)} skipped, defense releases {', '.join(exposes)}: {', '.join(skipped)}"))
     rows.append(("output", f"{checked.out / runner.RESULT_FILE}: {_output_state(checked)}"))
     return rows
+
+
+def _file_columns(dataset: Any) -> str:
+    """``text=review, label=stars (neg, pos), attributes=gender(2),age(6 bins); 3 empty texts dropped``."""
+    notes, used = dataset.notes, dict(dataset.notes["columns"])
+    parts = []
+    for key, column in used.items():
+        if key == "label":
+            names = dataset.label_names
+            shown = ", ".join(names[:6]) + (f", ... ({len(names)} classes)" if len(names) > 6 else "")
+            column = f"{column} ({shown})"
+        elif key == "attributes":
+            bins = notes.get("attribute_bins", {})
+            column = ",".join(f"{a}({len(dataset.attribute_values.get(a, ()))}{' bins' if a in bins else ''})"
+                              for a in column)
+        elif key == "entities":
+            column = f"{column} ({notes.get('records_with_entities', 0)} records with spans)"
+        parts.append(f"{key}={column}")
+    text = f"{notes.get('format')}: " + ", ".join(parts)
+    if notes.get("dropped_empty_text"):
+        text += f"; {notes['dropped_empty_text']} rows with empty text dropped"
+    if notes.get("missing_attributes"):
+        text += "; missing attribute values: " + _params(dict(notes["missing_attributes"]))
+    return text
 
 
 def _format(rows: Sequence[tuple[str, str]], indent: str = "") -> list[str]:

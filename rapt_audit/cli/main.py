@@ -3,7 +3,8 @@
 Exit codes: 0 success; 2 usage or input errors (a message names the problem and the fix, and no
 result is written; also an output directory in use by another process, or a full disk); 130
 interrupted by Ctrl-C and 143 by SIGTERM (the unfinished run writes nothing, finished sweep cells
-are kept); 1 an unexpected failure (a bug: please report it).
+are kept); 1 an unexpected failure (a bug: please report it). A sweep on Ray (``--executor ray``)
+runs every cell and exits 2 when some failed, listing them; its finished cells are kept.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rapt_audit.api.errors import RaptAuditError
+from rapt_audit.api.errors import RaptAuditError, UsageError
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.registry import describe
 from rapt_audit.api.types import Skip
@@ -28,6 +29,7 @@ from rapt_audit.cli.privatize import cmd_privatize
 from rapt_audit.data import DATASETS
 from rapt_audit.mechanisms.verbatim import describe_verbatim
 from rapt_audit.pipeline import sweep
+from rapt_audit.pipeline.ray_executor import RayExecutor
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.runner import run
 from rapt_audit.reporting import check, leaderboard, report
@@ -57,7 +59,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     S = argparse.SUPPRESS  # only flags the user typed reach the config (defaults < file < CLI)
     p.add_argument("--defense", default=S, help="defense name (rapt-audit ls defenses)")
     p.add_argument("--attacks", default=S, help="selection: all | a,b | tag:x | -name (default all)")
-    p.add_argument("--dataset", default=S, help="dataset name (default sst2 with a data directory, else synthetic)")
+    p.add_argument("--dataset", default=S,
+                   help="dataset name, or the path of your own .csv/.tsv/.jsonl/.json/.parquet file or "
+                        "save_to_disk directory (README: Your own data); default sst2 with a data directory, "
+                        "else synthetic")
     p.add_argument("--model", default=S, help="minilm (bundled), a Hugging Face id or a local directory")
     p.add_argument("--profile", default=S, choices=["smoke", "cpu", "paper"], help="cost profile (default cpu)")
     p.add_argument("--seed", default=S, type=int, help="run seed (default 0)")
@@ -75,6 +80,16 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
                         "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="where sweep cells run: local (one after another in this process, the default) or ray "
+                        "(each cell a Ray task, several at once; needs pip install 'rapt-audit[ray]')")
+    p.add_argument("--address", default=None, metavar="HOST:PORT",
+                   help="with --executor ray: the head of a running Ray cluster (ray start --head); default: "
+                        "$RAY_ADDRESS, else a local Ray instance sized to this machine")
+    p.add_argument("--cpus-per-cell", dest="cpus_per_cell", type=float, default=None, metavar="N",
+                   help="with --executor ray: CPUs each cell's task declares (default 1)")
+    p.add_argument("--gpus-per-cell", dest="gpus_per_cell", type=float, default=None, metavar="N",
+                   help="with --executor ray: GPUs each cell's task declares (default 0; 1 for a GPU grid)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="check the configuration as a run would, print the plan, write nothing")
@@ -144,19 +159,43 @@ def cmd_run(args: argparse.Namespace) -> int:
             "release_cache")
     cli = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     config = build_config(file=args.config, cli=cli, sets=args.sets)
+    executor = _executor(args)
     if args.dry_run and not args.sweeps:
         print(dry_run.run_plan(config))
         return 0
     log = None if args.quiet else (lambda msg: print(f"[rapt-audit] {msg}", file=sys.stderr, flush=True))
     progress = not args.quiet and sys.stderr.isatty()
     if args.sweeps:
-        return _run_sweep(args, cli, config, log=log, progress=progress)
+        return _run_sweep(args, cli, config, log=log, progress=progress, executor=executor)
     result = run(config, log=log, progress=progress)
     print(format_result(result))
     return 0
 
 
-def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log: Any, progress: bool) -> int:
+def _executor(args: argparse.Namespace) -> RayExecutor | None:
+    """The sweep executor the flags ask for (None: in-process), checked before any cell (Ray installed, cluster up).
+
+    ``--executor ray`` runs the cells of a sweep; a single run goes through ``--sweep`` with one value.
+    """
+    ray_flags = {"--address": args.address, "--cpus-per-cell": args.cpus_per_cell,
+                 "--gpus-per-cell": args.gpus_per_cell}
+    if args.executor == "local":
+        given = [flag for flag, value in ray_flags.items() if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} apply only to --executor ray")
+        return None
+    if not args.sweeps:
+        raise UsageError("--executor ray runs the cells of a sweep; add --sweep KEY=V1,V2,... (one value runs "
+                         "one cell: --sweep seed=0)")
+    executor = RayExecutor(address=args.address,
+                           cpus_per_cell=1.0 if args.cpus_per_cell is None else args.cpus_per_cell,
+                           gpus_per_cell=0.0 if args.gpus_per_cell is None else args.gpus_per_cell)
+    executor.check()
+    return executor
+
+
+def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log: Any, progress: bool,
+               executor: RayExecutor | None = None) -> int:
     """``run --sweep``: expand the grid, run the cells that are not complete, print one line per cell."""
     axes = sweep.parse_axes(args.sweeps)
     out = Path(base.out) if base.out else sweep.default_sweep_dir(base, axes)
@@ -164,7 +203,12 @@ def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log:
     if args.dry_run:
         print(dry_run.sweep_plan(cells, out=out))
         return 0
-    results = sweep.run_sweep(cells, out=out, axes=axes, log=log, progress=progress)
+    try:
+        results = sweep.run_sweep(cells, out=out, axes=axes, log=log, progress=progress, executor=executor)
+    except sweep.CellsFailed as failed:  # the finished cells' table, then main() prints the failures (exit 2)
+        if failed.results:
+            print(sweep.format_sweep(failed.results))
+        raise
     print(sweep.format_sweep(results))
     print(f"sweep directory: {out} (render it with: rapt-audit report {out} --out {out / 'report.html'})")
     return 0

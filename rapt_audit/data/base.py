@@ -98,7 +98,8 @@ class Splits:
 
     def sizes(self) -> dict[str, int]:
         """Part name → number of records (recorded in results)."""
-        return {name: len(getattr(self, name)) for name in ("victim_train", "victim_test", "attacker_train", "attacker_valid")}
+        names = ("victim_train", "victim_test", "attacker_train", "attacker_valid")
+        return {name: len(getattr(self, name)) for name in names}
 
 
 def assert_disjoint(*parts: Sequence[Record]) -> None:

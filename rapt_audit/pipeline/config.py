@@ -10,6 +10,8 @@ parameters stay as given (often strings) and are type-checked when the plugins a
     defense.eta=100  (or just eta=100)          a parameter of the selected defense
     attacks.whitebox.topk=5                     a parameter of one attack
     data.victim_test=500                        a split size
+    data.text=<column>                          a column of your own data file (--dataset PATH):
+                                                text, text_pair, label, attributes, entities, id
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ else:  # Python 3.10: the same parser from PyPI
 
 from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.params import coerce, to_jsonable
-from rapt_audit.api.registry import unknown_name_message
+from rapt_audit.api.registry import closest, unknown_name_message
+from rapt_audit.data import COLUMN_KEYS, is_file_dataset
+from rapt_audit.data.columns import normalize_columns
 from rapt_audit.pipeline.context import PROFILES
 
 #: Split sizes per profile (upper bounds; scaled down for small datasets, see ``profile_split_sizes``).
@@ -48,8 +52,9 @@ class RunConfig:
     Attributes:
         defense: Registered defense name.
         attacks: Attack selection spec (``all``, ``a,b``, ``tag:x``, ``-name``).
-        dataset: Registered dataset name; ``None`` picks ``sst2`` when a data directory is
-            configured and the synthetic demo corpus otherwise.
+        dataset: Registered dataset name, or the path of your own data file (CSV, TSV, JSON Lines,
+            Parquet, or a ``save_to_disk`` directory); ``None`` picks ``sst2`` when a data directory
+            is configured and the synthetic demo corpus otherwise.
         model: ``minilm`` (bundled), a Hugging Face id or a local directory.
         profile: ``smoke``, ``cpu`` or ``paper``.
         seed: The run seed.
@@ -58,7 +63,9 @@ class RunConfig:
         data_dir: Data directory (default: ``$RAPT_AUDIT_DATA``).
         defense_args: Parameters of the defense.
         attack_args: Attack name → its parameters.
-        data_args: Split sizes overriding the profile's.
+        data_args: Split sizes overriding the profile's (:data:`SPLIT_KEYS`, integers) and, for a
+            file dataset, the columns to read (:data:`COLUMN_KEYS`, names; ``attributes``
+            comma-separated). Both are in ``cell_id``; see :attr:`split_overrides` / :attr:`column_args`.
         force: Re-run even when ``out`` already holds this exact run (releases cached on disk under
             the same signature are still reused: they are what the defense would compute again).
         release_cache: Read and write releases in the on-disk cache (``$RAPT_AUDIT_CACHE/releases``);
@@ -76,7 +83,7 @@ class RunConfig:
     data_dir: str | None = None
     defense_args: Mapping[str, Any] = field(default_factory=dict)
     attack_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    data_args: Mapping[str, int] = field(default_factory=dict)
+    data_args: Mapping[str, int | str] = field(default_factory=dict)
     force: bool = False
     release_cache: bool = True
 
@@ -86,8 +93,28 @@ class RunConfig:
         if self.device not in {"auto", "cpu", "cuda"}:
             raise UsageError(f"device={self.device!r} is not one of auto, cpu, cuda")
         for key in self.data_args:
-            if key not in SPLIT_KEYS:
-                raise UnknownNameError(unknown_name_message("data key", key, list(SPLIT_KEYS)))
+            if key not in SPLIT_KEYS and key not in COLUMN_KEYS:
+                raise UnknownNameError(_unknown_data_key(key))
+        # Canonical values, so that equal settings give one cell_id (3 and "3"; "a, b" and ["a", "b"]).
+        sizes = {k: coerce(v, int, key=f"data.{k}") for k, v in self.data_args.items() if k in SPLIT_KEYS}
+        columns = normalize_columns(self.data_args)
+        object.__setattr__(self, "data_args", {k: {**sizes, **columns}[k] for k in self.data_args})
+        if columns and not is_file_dataset(self.dataset):
+            raise UsageError(
+                f"data.{', data.'.join(columns)} name columns of your own data file, so they apply only to "
+                f"--dataset PATH (a .csv, .tsv, .jsonl, .json or .parquet file, or a save_to_disk directory); "
+                f"dataset {self.dataset or '(default)'!r} is not a path to a data file. Drop them, or give the file "
+                "with --dataset.")
+
+    @property
+    def split_overrides(self) -> dict[str, int]:
+        """The split sizes of ``data_args`` (what :func:`profile_split_sizes` takes)."""
+        return {k: v for k, v in self.data_args.items() if k in SPLIT_KEYS}
+
+    @property
+    def column_args(self) -> dict[str, str]:
+        """The column keys of ``data_args`` (what :func:`rapt_audit.data.load_dataset` takes)."""
+        return {k: v for k, v in self.data_args.items() if k in COLUMN_KEYS}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (as stored in ``result.json``)."""
@@ -98,6 +125,14 @@ class RunConfig:
         data = {k: v for k, v in self.to_dict().items()
                 if k not in {"out", "force", "device", "data_dir", "release_cache"}}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+def _unknown_data_key(key: str) -> str:
+    """'unknown data key' with did-you-mean over both kinds of ``data.*`` key, each kind listed."""
+    near = closest(key, list(SPLIT_KEYS) + list(COLUMN_KEYS))
+    hint = f" Did you mean {', '.join(repr(c) for c in near)}?" if near else ""
+    return (f"unknown data key {key!r}.{hint} Valid data key names: {', '.join(sorted(SPLIT_KEYS))} (split sizes); "
+            f"{', '.join(COLUMN_KEYS)} (columns of a file dataset, --dataset PATH).")
 
 
 #: Keys settable at the top level of a config file or with ``--set``.
@@ -123,7 +158,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         else:
             data = tomllib.loads(text)
     except (ValueError, json.JSONDecodeError) as exc:
-        raise UsageError(f"config file {path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
+        kind = "JSON" if path.suffix == ".json" else "TOML"
+        raise UsageError(f"config file {path} is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a table of keys")
     return data
@@ -160,7 +196,8 @@ def parse_set(pairs: list[str]) -> dict[str, Any]:
         elif parts[0] in {"attacks", "attack"} and len(parts) == 3:
             nested["attack_args"].setdefault(parts[1], {})[parts[2]] = value
         elif parts[0] == "data" and len(parts) == 2:
-            nested["data_args"][parts[1]] = coerce(value, int, key=key)
+            # Split sizes are integers; column names stay strings; an unknown key fails in RunConfig.
+            nested["data_args"][parts[1]] = coerce(value, int, key=key) if parts[1] in SPLIT_KEYS else value
         elif len(parts) == 1 and parts[0] in RUN_KEYS:
             nested[parts[0]] = value
         elif len(parts) == 1:
@@ -168,7 +205,8 @@ def parse_set(pairs: list[str]) -> dict[str, Any]:
         else:
             raise UsageError(
                 f"--set key {key!r} is not understood; use a run key ({', '.join(RUN_KEYS)}), "
-                "defense.<param>, attacks.<attack>.<param> or data.<split> (" + ", ".join(SPLIT_KEYS) + ")")
+                "defense.<param>, attacks.<attack>.<param>, data.<split> (" + ", ".join(SPLIT_KEYS) + ") or "
+                "data.<column key> (" + ", ".join(COLUMN_KEYS) + ")")
     return nested
 
 
@@ -192,12 +230,14 @@ def build_config(*, file: str | Path | None = None, cli: Mapping[str, Any] | Non
     return RunConfig(**merged)
 
 
-def profile_split_sizes(profile: str, n_records: int, overrides: Mapping[str, int]) -> dict[str, int | None]:
+def profile_split_sizes(profile: str, n_records: int, overrides: Mapping[str, int | str]) -> dict[str, int | None]:
     """Split sizes for ``profile`` on a dataset of ``n_records``.
 
     Profile sizes are upper bounds: when a dataset is smaller than a profile asks for, the
     profile's sizes are scaled down in proportion (explicit ``data.*`` overrides never are).
+    ``overrides`` may be a run's whole ``data_args``: column keys in it are ignored.
     """
+    overrides = {k: v for k, v in overrides.items() if k in SPLIT_KEYS}
     sizes = dict(PROFILE_SPLITS[profile])
     fixed = {k: v for k, v in sizes.items() if v is not None and k not in overrides}
     budget = n_records - sum(overrides.values())

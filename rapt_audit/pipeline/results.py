@@ -28,12 +28,16 @@ import subprocess
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.types import AttackResult, Estimate, Skip
 from rapt_audit.pipeline.result_schema import validate_result_document
+from rapt_audit.pipeline.tidy import records_frame, tidy_records
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA = "rapt-audit/result/1"
 RESULT_FILE = "result.json"
@@ -66,6 +70,14 @@ class RunResult:
     def synthetic(self) -> bool:
         """Whether the run used the synthetic demo corpus."""
         return bool(self.dataset.get("synthetic"))
+
+    def to_frame(self, *, path: str | Path | None = None) -> pd.DataFrame:
+        """This result as a tidy ``pandas.DataFrame``: one row per measure (:mod:`~rapt_audit.pipeline.tidy`).
+
+        Args:
+            path: The file the result came from, for the ``path`` column.
+        """
+        return records_frame(tidy_records(self, path=None if path is None else str(path)))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document."""

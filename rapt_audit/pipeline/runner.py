@@ -9,6 +9,11 @@
    (:mod:`~rapt_audit.pipeline.cache`), so a re-run reads them instead of privatizing again.
 5. Write ``<out>/result.json`` atomically (nothing is written for a run that fails or is stopped).
 
+Steps 1-4 are :func:`compute`, which touches no output directory: a sweep's Ray workers
+(:mod:`~rapt_audit.pipeline.ray_executor`) call it on machines whose disks differ from the
+driver's, and the driver writes what they return. :func:`run` is :func:`plan`, the lock, then
+:func:`compute`'s steps and the write, so both paths give the same numbers for the same config.
+
 The run holds the lock of ``<out>`` throughout (:mod:`~rapt_audit.api.locks`): a second process
 aimed at the same directory fails at once instead of racing the first to ``result.json``.
 """
@@ -74,15 +79,8 @@ def _plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str,
     return {**dict(getattr(cls, "profiles", {}).get(profile, {})), **explicit}
 
 
-def plan(config: RunConfig) -> Plan:
-    """Validate ``config`` completely and load what the run needs, without side effects.
-
-    Builds the defense and the attacks with checked parameters, loads the dataset, cuts the run's
-    seeded splits (so impossible split sizes fail here) and checks the output directory.
-
-    Raises:
-        UsageError, DataError, ResultError: with messages that name the problem and the fix.
-    """
+def _prepare(config: RunConfig) -> Plan:
+    """:func:`plan` without the look at the output directory (which a remote worker does not have)."""
     load()
     defense = make_plugin(DEFENSES, config.defense,
                           _plugin_args(DEFENSES.get(config.defense), config.profile, dict(config.defense_args)))
@@ -92,13 +90,26 @@ def plan(config: RunConfig) -> Plan:
             ATTACKS.get(name)  # unknown name → did-you-mean error
     attacks = {n: make_plugin(ATTACKS, n, _plugin_args(ATTACKS.get(n), config.profile,
                                                       dict(config.attack_args.get(n, {})))) for n in names}
-    dataset = load_dataset(default_dataset(config), config.data_dir)
-    sizes = profile_split_sizes(config.profile, len(dataset.records), config.data_args)
+    dataset = load_dataset(default_dataset(config), config.data_dir, columns=config.column_args)
+    sizes = profile_split_sizes(config.profile, len(dataset.records), config.split_overrides)
     splits = make_splits(dataset, SplitSizes(**sizes), seed=derive_seed(config.seed, "splits"))
     out = Path(config.out) if config.out else Path("runs") / (
         f"{config.defense}-{dataset.name}-{config.profile}-s{config.seed}-{config.cell_id()[:8]}")
-    check_out_dir(out, config)
     return Plan(config, defense, attacks, dataset, splits, out)
+
+
+def plan(config: RunConfig) -> Plan:
+    """Validate ``config`` completely and load what the run needs, without side effects.
+
+    Builds the defense and the attacks with checked parameters, loads the dataset, cuts the run's
+    seeded splits (so impossible split sizes fail here) and checks the output directory.
+
+    Raises:
+        UsageError, DataError, ResultError: with messages that name the problem and the fix.
+    """
+    checked = _prepare(config)
+    check_out_dir(checked.out, config)
+    return checked
 
 
 def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
@@ -149,8 +160,30 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
         return _execute(checked, say=say, progress=progress)
 
 
+def compute(config: RunConfig, *, log: Log | None = None, progress: bool = False) -> RunResult:
+    """Run one audit and return its result without writing anything to ``config.out``.
+
+    The output directory is neither read, locked nor written (only the caches under
+    ``RAPT_AUDIT_CACHE`` are), so this runs anywhere the package and the data are installed; the
+    caller validates and writes the result (:func:`rapt_audit.pipeline.results.write_result`).
+    The numbers are those :func:`run` would write for the same ``config``.
+
+    Raises:
+        UsageError, DataError: as :func:`plan` (the output directory aside).
+    """
+    return _measure(_prepare(config), say=log or (lambda _msg: None), progress=progress)
+
+
 def _execute(checked: Plan, *, say: Log, progress: bool) -> RunResult:
     """Run a checked plan and write its result (the caller holds the output directory's lock)."""
+    result = _measure(checked, say=say, progress=progress)
+    write_result(result, checked.out)
+    say(f"wrote {checked.out / RESULT_FILE}")
+    return result
+
+
+def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
+    """Run a checked plan: fit, utility, release, attacks; return the result (nothing written)."""
     config = checked.config
     started, clock = datetime.now(timezone.utc), time.perf_counter()
     timings: dict[str, float] = {}
@@ -203,7 +236,8 @@ def _execute(checked: Plan, *, say: Log, progress: bool) -> RunResult:
     bar.close()
     env = environment()
     env.update({"seed": config.seed, "device": ctx.device, "model": config.model,
-                "model_fingerprint": model_fingerprint(config.model, cache_dir=ctx.cache_dir), "data_fingerprint": dataset.fingerprint,
+                "model_fingerprint": model_fingerprint(config.model, cache_dir=ctx.cache_dir),
+                "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings,
                 "release_cache": {"victim_test": victim_release, **cached.report()}})
@@ -220,8 +254,6 @@ def _execute(checked: Plan, *, say: Log, progress: bool) -> RunResult:
         defense={"name": config.defense, "params": get_params(defense), "exposes": sorted(defense.exposes),
                  "release_meta": _jsonable_notes(release.meta)},
         utility=utility, attacks=outcomes, env=env, warnings=warnings)
-    write_result(result, checked.out)
-    say(f"wrote {checked.out / RESULT_FILE}")
     return result
 
 
@@ -241,4 +273,4 @@ def result_path(config: RunConfig) -> Path:
     return plan(config).out / RESULT_FILE
 
 
-__all__ = ["Plan", "default_dataset", "plan", "read_result", "result_path", "run"]
+__all__ = ["Plan", "compute", "default_dataset", "plan", "read_result", "result_path", "run"]

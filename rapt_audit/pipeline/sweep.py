@@ -8,6 +8,11 @@ with the runner's atomic write, and a cell whose directory already holds that ex
 so an interrupted sweep resumes where it stopped and loses nothing. ``<out>/sweep.json`` indexes
 the cells and is rewritten (atomically) after every cell. One process at a time: the sweep holds
 the lock of ``<out>`` and each running cell that of its own directory.
+
+By default the cells run one after another in this process. An :class:`Executor` runs them
+elsewhere: :class:`~rapt_audit.pipeline.ray_executor.RayExecutor` (``--executor ray``) runs each cell
+as a Ray task, on this machine or a cluster, and writes what the workers return here. Both check
+every cell first and reuse finished ones in the same way.
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from rapt_audit.api.errors import UsageError
+from rapt_audit.api.errors import RaptAuditError, UsageError
 from rapt_audit.api.files import remove_stray_temps, write_json_atomic
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.types import Skip
@@ -125,17 +130,72 @@ def expand(*, axes: Sequence[Axis], file: str | Path | None, cli: Mapping[str, A
     return cells
 
 
-def _write_index(out: Path, cells: Sequence[Cell], status: Mapping[str, str], axes: Sequence[Axis]) -> None:
-    doc = {"schema": SWEEP_SCHEMA, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "axes": [{"key": a.key, "values": list(a.values)} for a in axes],
-           "cells": [{"name": c.name, "assignments": dict(c.assignments), "dir": c.name,
-                      "cell_id": c.config.cell_id(), "status": status[c.name]} for c in cells]}
-    write_json_atomic(out / SWEEP_INDEX, doc)
+class CellsFailed(RaptAuditError):
+    """Some cells of a sweep failed; the others finished and their results are on disk.
+
+    Attributes:
+        results: ``(cell, result)`` of every finished cell, in grid order.
+        failures: ``(cell, error message)`` of every failed cell, in grid order.
+    """
+
+    def __init__(self, *, out: Path, total: int, results: Sequence[tuple[Cell, RunResult]],
+                 failures: Sequence[tuple[Cell, str]]) -> None:
+        self.results, self.failures = list(results), list(failures)
+        listed = "\n".join(f"  {cell.label}: {error}" for cell, error in failures)
+        super().__init__(f"{len(failures)} of {total} cells failed; {len(results)} finished cells are kept in {out} "
+                         f"and a rerun of the same command runs only the others:\n{listed}")
+
+
+class Executor(Protocol):
+    """Runs the pending cells of a checked sweep elsewhere than in this process (several at once, other machines)."""
+
+    def run_cells(self, cells: Sequence[Cell], *, index: SweepIndex, log: Log) -> list[tuple[Cell, RunResult]]:
+        """Run every cell whose ``index.status`` is ``pending`` and write its result; return all results.
+
+        Must reuse the ``complete`` ones, write each cell's ``result.json`` atomically while holding
+        its directory's lock, call ``index.mark`` as cells finish, raise :class:`CellsFailed` after
+        the last cell when some failed, and leave finished cells in place on ``KeyboardInterrupt``.
+        """
+        ...
+
+
+class SweepIndex:
+    """The status of every cell (``pending``, ``complete``, ``failed``), mirrored in ``<out>/sweep.json``."""
+
+    def __init__(self, out: Path, cells: Sequence[Cell], axes: Sequence[Axis], status: Mapping[str, str],
+                 data: Mapping[str, tuple[str, str]] | None = None) -> None:
+        self.out, self.cells, self.axes = out, list(cells), list(axes)
+        self.status = dict(status)
+        self.errors: dict[str, str] = {}
+        #: Cell name → (dataset name, data fingerprint) as the check saw them on this machine, so that
+        #: a result computed elsewhere can be checked to come from the same data.
+        self.data = dict(data or {})
+        self.write()
+
+    def mark(self, cell: Cell, status: str, error: str | None = None) -> None:
+        """Set one cell's status (with its error message when it failed) and rewrite the index."""
+        self.status[cell.name] = status
+        if error is not None:
+            self.errors[cell.name] = error
+        self.write()
+
+    def write(self) -> None:
+        """Rewrite ``sweep.json`` atomically (readers never see half a file)."""
+        rows = []
+        for c in self.cells:
+            row = {"name": c.name, "assignments": dict(c.assignments), "dir": c.name,
+                   "cell_id": c.config.cell_id(), "status": self.status[c.name]}
+            if self.status[c.name] == "failed" and c.name in self.errors:
+                row["error"] = self.errors[c.name]
+            rows.append(row)
+        doc = {"schema": SWEEP_SCHEMA, "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               "axes": [{"key": a.key, "values": list(a.values)} for a in self.axes], "cells": rows}
+        write_json_atomic(self.out / SWEEP_INDEX, doc)
 
 
 def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log | None = None,
-              progress: bool = False,
-              runner: Callable[..., RunResult] | None = None) -> list[tuple[Cell, RunResult]]:
+              progress: bool = False, runner: Callable[..., RunResult] | None = None,
+              executor: Executor | None = None) -> list[tuple[Cell, RunResult]]:
     """Run every cell that is not complete yet and return each cell's result, in grid order.
 
     Every cell is validated before any work starts (plugin names and values, data, and that no
@@ -150,15 +210,22 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         out: The sweep directory (cells live in its sub-directories).
         axes: The swept keys (for the index file).
         log: Where progress lines go.
-        progress: Show progress bars inside each run.
+        progress: Show progress bars inside each run (in-process sweeps only).
         runner: The function that runs one configuration (default :func:`rapt_audit.pipeline.runner.run`).
+        executor: Where the cells run (default: one after another in this process, where the
+            first failing cell stops the sweep); an executor runs every cell and then raises
+            :class:`CellsFailed` listing the failed ones.
 
     Raises:
         ResultError: when another process is using ``out`` or a cell directory holds another run.
+        CellsFailed: when an executor's cells failed (the finished ones are kept).
     """
     with hold_out_dir(out):
         remove_stray_temps(out, SWEEP_INDEX)  # left by a killed sweep; never read, now removed
         try:
+            if executor is not None:
+                say = log or (lambda _msg: None)
+                return executor.run_cells(cells, index=check_cells(cells, out=out, axes=axes, log=say), log=say)
             return _run_cells(cells, out=out, axes=axes, log=log, progress=progress, runner=runner)
         except KeyboardInterrupt as stop:
             # Counted on disk: a cell whose result was written just before the interrupt is kept too.
@@ -167,25 +234,39 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
             raise
 
 
+def check_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log) -> SweepIndex:
+    """Validate every cell before any work (names, values, data, directories) and write the index.
+
+    A cell whose directory already holds its exact result is ``complete`` (unless ``force``), every
+    other one ``pending``; the caller holds the lock of ``out``.
+
+    Raises:
+        UsageError, DataError, ResultError: as :func:`rapt_audit.pipeline.runner.plan`, for the first bad cell.
+    """
+    status: dict[str, str] = {}
+    data: dict[str, tuple[str, str]] = {}
+    for cell in cells:
+        checked = audit_runner.plan(cell.config)
+        data[cell.name] = (checked.dataset.name, checked.dataset.fingerprint)
+        done = audit_runner.check_out_dir(Path(cell.config.out), cell.config)
+        status[cell.name] = "complete" if done is not None and not cell.config.force else "pending"
+    index = SweepIndex(out, cells, axes, status, data)
+    todo = sum(s == "pending" for s in status.values())
+    log(f"sweep of {len(cells)} cells in {out}: {len(cells) - todo} complete, {todo} to run")
+    return index
+
+
 def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log | None, progress: bool,
                runner: Callable[..., RunResult] | None) -> list[tuple[Cell, RunResult]]:
     say = log or (lambda _msg: None)
     runner = runner or audit_runner.run  # looked up at call time, so a patched runner is honoured
-    status: dict[str, str] = {}
-    for cell in cells:  # validate everything first: names, values, data, directories
-        audit_runner.plan(cell.config)
-        done = audit_runner.check_out_dir(Path(cell.config.out), cell.config)
-        status[cell.name] = "complete" if done is not None and not cell.config.force else "pending"
-    _write_index(out, cells, status, axes)
-    todo = sum(s == "pending" for s in status.values())
-    say(f"sweep of {len(cells)} cells in {out}: {len(cells) - todo} complete, {todo} to run")
+    index = check_cells(cells, out=out, axes=axes, log=say)
     results = []
     for i, cell in enumerate(cells, 1):
-        verb = "reusing" if status[cell.name] == "complete" else "running"
+        verb = "reusing" if index.status[cell.name] == "complete" else "running"
         say(f"cell {i}/{len(cells)} {cell.label}: {verb} {cell.config.out}")
         result = runner(cell.config, log=log, progress=progress)
-        status[cell.name] = "complete"
-        _write_index(out, cells, status, axes)
+        index.mark(cell, "complete")
         results.append((cell, result))
     return results
 
@@ -215,5 +296,5 @@ def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Axis", "Cell", "SWEEP_INDEX", "SWEEP_SCHEMA", "cell_name", "default_sweep_dir", "expand",
-           "format_sweep", "parse_axes", "parse_axis", "run_sweep"]
+__all__ = ["Axis", "Cell", "CellsFailed", "Executor", "SWEEP_INDEX", "SWEEP_SCHEMA", "SweepIndex", "cell_name",
+           "check_cells", "default_sweep_dir", "expand", "format_sweep", "parse_axes", "parse_axis", "run_sweep"]

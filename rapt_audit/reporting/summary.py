@@ -15,8 +15,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from rapt_audit.api.plugins import load as load_plugins
 from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
+from rapt_audit.scoring.metrics import METRICS
 from rapt_audit.scoring.stats import seed_summary
 
 #: Privacy parameters and how they are written in tables and plots, in order of preference.
@@ -57,13 +60,17 @@ def _fmt(value: float) -> str:
 
 @dataclass
 class Row:
-    """One defense setting inside a comparable group, all its seeds combined."""
+    """One defense setting inside a comparable group, all its seeds combined.
+
+    ``key`` is the setting's :func:`~rapt_audit.pipeline.tidy.setting_key`, the same for all its runs.
+    """
 
     signature: str
     defense: str
     params: dict[str, Any]
     runs: list[Loaded]
     setting: str = ""
+    key: str = ""
     utility: dict[str, Estimate] = field(default_factory=dict)
     privacy: dict[str, Estimate | Skip] = field(default_factory=dict)
     metrics: dict[str, dict[str, Estimate]] = field(default_factory=dict)
@@ -178,24 +185,27 @@ class Group:
         return "group-" + hashlib.sha256(self.signature.encode("utf-8")).hexdigest()[:10]
 
 
-def _combine(estimates: Sequence[Estimate]) -> Estimate:
-    return seed_summary(list(estimates))
+def _combine(estimates: Sequence[Estimate], metric: str) -> Estimate:
+    # A metric declared bounded (accuracy, token accuracy) keeps its seed interval inside [0, 1];
+    # empirical privacy is not (MSE attacks report an unbounded error), so it is never clipped.
+    declared = METRICS.get(metric) if metric in METRICS else None
+    return seed_summary(list(estimates), bounds=(0.0, 1.0) if declared is not None and declared.bounded else None)
 
 
 def _fill(row: Row) -> None:
     results = [r.result for r in row.runs]
     for name in dict.fromkeys(m for res in results for m in res.utility):
         values = [res.utility[name] for res in results if name in res.utility]
-        row.utility[name] = _combine(values)
+        row.utility[name] = _combine(values, name)
     for attack in dict.fromkeys(a for res in results for a in res.attacks):
         outcomes = [res.attacks.get(attack) for res in results]
         measured = [o for o in outcomes if o is not None and not isinstance(o, Skip)]
         if not measured:
             row.privacy[attack] = next((o for o in outcomes if isinstance(o, Skip)), Skip("not run"))
             continue
-        row.privacy[attack] = _combine([o.empirical_privacy for o in measured])
+        row.privacy[attack] = _combine([o.empirical_privacy for o in measured], "empirical_privacy")
         names = dict.fromkeys(m for o in measured for m in o.metrics)
-        row.metrics[attack] = {m: _combine([o.metrics[m] for o in measured if m in o.metrics]) for m in names}
+        row.metrics[attack] = {m: _combine([o.metrics[m] for o in measured if m in o.metrics], m) for m in names}
 
 
 def _label(row: Row, varying: Iterable[str]) -> str:
@@ -221,6 +231,7 @@ def group_results(loaded: Sequence[Loaded]) -> list[Group]:
     A result read twice (same ``cell_id`` in the same group) counts once. Groups are ordered by
     signature; rows by defense name, then by privacy parameter (most noise first, ∞ last).
     """
+    load_plugins()  # plugins declare their metrics (and whether they are bounded) when imported
     by_sig: dict[str, dict[str, Row]] = {}
     seen: set[tuple[str, str]] = set()
     for item in loaded:
@@ -228,11 +239,11 @@ def group_results(loaded: Sequence[Loaded]) -> list[Group]:
         if (res.signature, res.cell_id) in seen:
             continue
         seen.add((res.signature, res.cell_id))
-        params = dict(res.defense.get("params", {}))
-        key = json.dumps([res.defense.get("name"), params], sort_keys=True, default=str)
+        key = setting_key(res)
         rows = by_sig.setdefault(res.signature, {})
         if key not in rows:
-            rows[key] = Row(res.signature, str(res.defense.get("name")), params, [])
+            rows[key] = Row(res.signature, str(res.defense.get("name")), dict(res.defense.get("params", {})), [],
+                            key=key)
         rows[key].runs.append(item)
     groups = []
     for sig in sorted(by_sig):

@@ -139,10 +139,13 @@ def wilson(successes: int, trials: int, *, level: float = 0.95) -> Estimate:
     return Estimate(p, max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)), trials, "wilson", level)
 
 
-def seed_summary(estimates: Sequence[Estimate], *, level: float = 0.95) -> Estimate:
+def seed_summary(estimates: Sequence[Estimate], *, level: float = 0.95,
+                 bounds: tuple[float, float] | None = None) -> Estimate:
     """Combine one estimate per seed into a mean with a t-interval across seeds.
 
     With a single seed the estimate is returned unchanged (its own interval is the only one).
+    ``bounds`` clips the interval to a metric's range: with two or three seeds a t-interval of an
+    accuracy can reach past 1, a value the metric cannot take (the mean is never moved).
     """
     if not estimates:
         raise ValueError("seed_summary needs at least one estimate")
@@ -153,4 +156,7 @@ def seed_summary(estimates: Sequence[Estimate], *, level: float = 0.95) -> Estim
     values = np.array([e.value for e in estimates])
     mean = float(values.mean())
     half = float(sps.t.ppf(0.5 + level / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
-    return Estimate(mean, mean - half, mean + half, len(values), f"t-over-{len(values)}-seeds", level)
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        low, high = max(low, min(bounds[0], mean)), min(high, max(bounds[1], mean))
+    return Estimate(mean, low, high, len(values), f"t-over-{len(values)}-seeds", level)

@@ -1,0 +1,133 @@
+"""Results as tidy tables: one row per result × measure, for pandas users and for the reports' grouping.
+
+A measure is a utility metric (``kind="utility"``), an attack's headline empirical privacy
+(``kind="privacy"``, ``measure="empirical_privacy"``) or one of an attack's own metrics
+(``kind="attack_metric"``, e.g. ``token_accuracy``). A skipped attack keeps its row: ``value`` is
+NaN and ``skipped`` holds the reason, so a table never silently loses the pairs that did not run.
+
+:func:`setting_key` is the one definition of "the same defense setting" (name and resolved
+parameters): the report and leaderboard rows (:func:`rapt_audit.reporting.summary.group_results`)
+and the frames use it alike, so a DataFrame group and a report row hold the same runs.
+
+pandas is imported only when a frame is built (``rapt-audit --help`` must not pay for it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from rapt_audit.api.plugins import load as load_plugins
+from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.scoring.metrics import METRICS
+
+if TYPE_CHECKING:  # results.py imports this module; the type is only named here
+    import pandas as pd
+
+    from rapt_audit.pipeline.results import RunResult
+
+#: The fixed columns of a tidy frame, in order; one ``param.<name>`` column per defense parameter follows.
+COLUMNS = ("signature", "dataset", "synthetic", "profile", "model", "defense", "setting_key", "params",
+           "seed", "kind", "attack", "measure", "value", "ci_low", "ci_high", "n", "ci_method", "level",
+           "higher_is_better", "skipped", "cell_id", "git_sha", "version", "started_at", "wall_time_s", "path")
+
+#: Prefix of the per-parameter columns (``param.eta``, ``param.method``...).
+PARAM_PREFIX = "param."
+
+
+def params_json(params: Mapping[str, Any]) -> str:
+    """Defense parameters as canonical JSON (the ``params`` column)."""
+    return json.dumps(dict(params), sort_keys=True, default=str)
+
+
+def setting_key(result: RunResult) -> str:
+    """The defense setting of ``result`` as a canonical string: its name and resolved parameters.
+
+    Two results with equal keys (and equal signatures) are seeds of one setting: the report shows
+    them as one row and :func:`rapt_audit.reporting.frames.summarize` combines them.
+    """
+    return json.dumps([result.defense.get("name"), dict(result.defense.get("params", {}))],
+                      sort_keys=True, default=str)
+
+
+def _direction(measure: str) -> bool | None:
+    """Whether a higher value is better for the defender, as the metric's declaration says (None if undeclared)."""
+    load_plugins()  # plugins declare their own metrics when imported
+    return METRICS.get(measure).higher_is_better if measure in METRICS else None
+
+
+def cell_value(value: Any) -> Any:
+    """A parameter value as a frame cell: numbers and strings as they are, anything else as JSON."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _estimate_cells(est: Estimate | None) -> dict[str, Any]:
+    if est is None:
+        return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "ci_method": None,
+                "level": math.nan}
+    return {"value": est.value, "ci_low": est.ci_low, "ci_high": est.ci_high, "n": est.n,
+            "ci_method": est.method, "level": est.level}
+
+
+def tidy_records(result: RunResult, *, path: str | None = None) -> list[dict[str, Any]]:
+    """The tidy rows of one result (dicts with :data:`COLUMNS` plus ``param.<name>`` keys).
+
+    Args:
+        result: A run's result.
+        path: The file it was read from, recorded in the ``path`` column (``None`` for a fresh run).
+    """
+    params = dict(result.defense.get("params", {}))
+    env = result.env
+    common: dict[str, Any] = {
+        "signature": result.signature, "dataset": result.dataset.get("name"), "synthetic": result.synthetic,
+        "profile": result.config.get("profile"), "model": result.config.get("model"),
+        "defense": result.defense.get("name"), "setting_key": setting_key(result),
+        "params": params_json(params), "seed": result.config.get("seed"),
+        "cell_id": result.cell_id, "git_sha": env.get("git_sha"),
+        "version": (env.get("versions") or {}).get("rapt-audit"), "started_at": env.get("started_at"),
+        "wall_time_s": env.get("wall_time_s"), "path": path}
+    common.update({PARAM_PREFIX + k: cell_value(v) for k, v in params.items()})
+
+    rows = []
+
+    def add(kind: str, attack: str | None, measure: str, est: Estimate | None, skipped: str | None = None) -> None:
+        rows.append({**common, "kind": kind, "attack": attack, "measure": measure, **_estimate_cells(est),
+                     "higher_is_better": _direction(measure), "skipped": skipped})
+
+    for name, est in result.utility.items():
+        add("utility", None, name, est)
+    for attack, outcome in result.attacks.items():
+        if isinstance(outcome, Skip):
+            add("privacy", attack, "empirical_privacy", None, outcome.reason)
+            continue
+        add("privacy", attack, "empirical_privacy", outcome.empirical_privacy)
+        for name, est in outcome.metrics.items():
+            add("attack_metric", attack, name, est)
+    return rows
+
+
+def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """A DataFrame of tidy rows with :data:`COLUMNS` first, then the ``param.*`` columns sorted by name.
+
+    An empty input gives an empty frame that still has the fixed columns.
+    """
+    import pandas as pd  # lazy (pandas)
+
+    records = list(records)
+    params = sorted({k for r in records for k in r if k.startswith(PARAM_PREFIX)})
+    return typed_frame(pd.DataFrame.from_records(records, columns=list(COLUMNS) + params))
+
+
+def typed_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with nullable integer and boolean columns, so a missing seed or direction stays <NA>
+    instead of turning the column into floats or objects; parameter columns keep their mixed values."""
+    dtypes = {"seed": "Int64", "n": "Int64", "n_seeds": "Int64", "synthetic": "boolean",
+              "higher_is_better": "boolean", "no_privacy": "boolean"}
+    return frame.astype({c: t for c, t in dtypes.items() if c in frame.columns})
+
+
+__all__ = ["COLUMNS", "PARAM_PREFIX", "cell_value", "params_json", "records_frame", "setting_key", "tidy_records",
+           "typed_frame"]
