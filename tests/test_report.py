@@ -154,6 +154,24 @@ def test_synthetic_results_carry_a_prominent_warning(tmp_path):
     assert (tmp_path / "r-figures" / "g1-pareto-whitebox.svg").is_file()  # figures next to a non-index report
 
 
+def test_run_warnings_and_data_caveats_are_shown_once_with_their_settings(tmp_path):
+    note = "victim test has only 40 records <b>: intervals are wide"
+    cells = {f"eta={eta}": fake_result(eta=eta, seed=seed) for eta, seed in ((25, 0), (25, 1), (75, 0))}
+    for name, result in cells.items():
+        if name != "eta=75":
+            result.warnings.append(note)
+        result.dataset["notes"] = {"caveats": "lower-cased & PTB-tokenised"}
+        write_result(result, tmp_path / "runs" / f"{name}-{result.config['seed']}")
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    escaped = "victim test has only 40 records &lt;b&gt;: intervals are wide"
+    assert page.count(escaped) == 1 and "<b>:" not in page  # once for both seeds, and escaped
+    section = page[page.index(escaped):]
+    assert "t2t η=25)" in section[:200] and "η=75" not in section[:200]  # only the setting that carried it
+    assert "About the data (sst2): lower-cased &amp; PTB-tokenised" in page
+
+
 def test_corrupt_file_is_named_and_the_rest_reported(tmp_path, capsys):
     runs = t2t_sweep(tmp_path / "runs")
     bad = runs / "eta=75" / "result.json"

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from rapt_audit.api.errors import ResultError
+from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.files import remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
@@ -79,8 +79,28 @@ def _plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str,
     return {**dict(getattr(cls, "profiles", {}).get(profile, {})), **explicit}
 
 
+#: Why ``--profile paper`` without a GPU stops before any work, and what it would cost.
+PAPER_ON_CPU = (
+    "--profile paper runs the papers' settings on full datasets (SST-2: about 17,000 training sentences per "
+    "victim split, 4 epochs, 150 prompt tokens, every attack at full size); one such cell took about 4 minutes "
+    "on an H100 and would take hours on a CPU (extrapolated: the cpu profile prompt-tunes 2,000 sentences of "
+    "64 tokens in about 35 s on 2 cores). torch sees no CUDA device. Run it on a GPU machine (README: Running "
+    "on a GPU), use --profile cpu, or pass --device cpu to run the paper profile on this CPU anyway.")
+
+
+def check_paper_device(config: RunConfig) -> None:
+    """Refuse the ``paper`` profile on a machine without CUDA unless ``--device cpu`` insists.
+
+    Raises:
+        UsageError: with the expected cost, before any data is read or model trained.
+    """
+    if config.profile == "paper" and config.device == "auto" and resolve_device("auto") == "cpu":
+        raise UsageError(PAPER_ON_CPU)
+
+
 def _prepare(config: RunConfig) -> Plan:
     """:func:`plan` without the look at the output directory (which a remote worker does not have)."""
+    check_paper_device(config)
     load()
     defense = make_plugin(DEFENSES, config.defense,
                           _plugin_args(DEFENSES.get(config.defense), config.profile, dict(config.defense_args)))

@@ -30,6 +30,7 @@ from rapt_audit.pipeline.results import SYNTHETIC_WARNING
 from rapt_audit.reporting.audits import audit_docs_html
 from rapt_audit.reporting.collect import Collection, collect, relative_path
 from rapt_audit.reporting.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
+from rapt_audit.reporting.sections import pretraining_note, provenance_html, warnings_html
 from rapt_audit.reporting.style import CSP, STYLE
 from rapt_audit.reporting.summary import Group, group_results, safe_id
 from rapt_audit.scoring.metrics import METRICS
@@ -172,44 +173,6 @@ def _attack_detail(group: Group, attack: str) -> str:
             f"<th>details (first seed)</th></tr></thead><tbody>{''.join(body)}</tbody></table></section>")
 
 
-def _provenance(group: Group, base: Path) -> str:
-    items = [(row, item) for row in group.rows for item in row.runs]
-    lines = {_versions_line(item.result.env) for _, item in items}
-    shared = len(lines) == 1  # the usual case: one environment, stated once instead of on every row
-    rows = []
-    for row, item in items:
-        res, env = item.result, item.result.env
-        rows.append(
-            f"<tr><td><code>{e(relative_path(item.path, base))}</code></td><td>{e(row.defense)} {e(row.setting)}</td>"
-            f"<td><code>{e(res.cell_id)}</code></td><td>{e(str(env.get('seed', res.config.get('seed'))))}</td>"
-            f"<td><code>{e(str(env.get('git_sha')))}</code></td>"
-            + ("" if shared else f"<td>{e(_versions_line(env))}</td>") +
-            f"<td>{e(str(env.get('device', '?')))}</td>"
-            f"<td>{e(str(env.get('model', '?')))} <code>{e(str(env.get('model_fingerprint', ''))[:12])}</code></td>"
-            f"<td><code>{e(str(env.get('data_fingerprint', ''))[:12])}</code></td>"
-            f"<td>{e(str(env.get('started_at', '?')))}</td><td class='num'>{e(str(env.get('wall_time_s', '?')))}</td></tr>")
-    common = f"<p class='note'>Every run: {e(lines.pop())}.</p>" if shared else ""
-    return ("<h3>Provenance</h3>" + common + "<table class='prov'><thead><tr><th>result file</th><th>setting</th>"
-            "<th>cell</th><th>seed</th><th>git sha</th>" + ("" if shared else "<th>versions</th>") +
-            "<th>device</th><th>model</th><th>data</th><th>started (UTC)</th><th>wall s</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
-
-
-def _pretraining_note(group: Group) -> str:
-    """Which rows' services pretrained their encoder on privatized public text, and what that does not change."""
-    adapted = [f"{e(row.defense)} {e(row.setting)}: {e(row.pretraining)}" for row in group.rows if row.pretraining]
-    if not adapted:
-        return ""
-    return ("<p class='note'>Privacy-adaptive pretraining (Qu et al., CIKM 2021) — " + "; ".join(adapted) +
-            ". It changes the service's model only, not what users release: every attack sees the same release "
-            "as without pretraining, so only utility can differ.</p>")
-
-
-def _versions_line(env: dict[str, Any]) -> str:
-    versions = ", ".join(f"{k} {v}" for k, v in dict(env.get("versions", {})).items())
-    return f"{versions}; Python {env.get('python', '?')} on {env.get('platform', '?')}"
-
-
 def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, base: Path) -> str:
     first = group.first
     ds = first.dataset
@@ -223,7 +186,8 @@ def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, ba
              "the reconstruction error); intervals are 95 %.</p>"]
     if any(r.synthetic for r in group.rows):
         parts.append(f"<p class='banner warn'><strong>{e(SYNTHETIC_WARNING)}</strong></p>")
-    parts += ["<h3>Summary</h3>", _summary_table(group), _pretraining_note(group)]
+    parts.append(warnings_html(group))
+    parts += ["<h3>Summary</h3>", _summary_table(group), pretraining_note(group)]
     if group.skipped_attacks:
         parts.append("<p class='note'>Not applicable here (skipped for every setting): " + "; ".join(
             f"<code>{e(a)}</code> ({e(reason)})" for a, reason in group.skipped_attacks.items()) + ".</p>")
@@ -235,7 +199,7 @@ def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, ba
     parts.append(_calibration_table(group))
     parts.append("<h3>Per-attack detail</h3>")
     parts += [_attack_detail(group, a) for a in group.measured_attacks]
-    parts.append(_provenance(group, base))
+    parts.append(provenance_html(group, base))
     parts.append("</section>")
     return "\n".join(parts)
 

@@ -24,6 +24,7 @@ td.skip { color: var(--muted); font-style: italic; max-width: 18rem; }
 .tag { font-size: .72em; border: 1px solid var(--line); border-radius: 3px; padding: 0 .25rem; margin-left: .3rem; }
 .tag.warn { color: var(--warn); border-color: var(--warn); }
 .banner { border-radius: 6px; padding: .7rem 1rem; margin: .8rem 0; }
+div.warn { border-left: 4px solid var(--warn); padding: 0 1em; margin: 0.8em 0; }
 .banner.warn { background: #fff4e5; border: 2px solid var(--warn); color: #5c2d00; font-size: 1.05em; }
 .banner.problem { background: #ffebe9; border: 2px solid var(--bad); }
 .figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 1rem; }

@@ -1,0 +1,146 @@
+"""Sections of a report group that state facts beside the numbers: warnings, caveats, pretraining, the
+service's hyper-parameter selection, provenance.
+
+A reader must see what the runs themselves flagged (a departure from a paper, a small sample, a
+protocol note) and what is known about the data (its caveats), next to the numbers they qualify.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+from rapt_audit.pipeline.results import SYNTHETIC_WARNING
+from rapt_audit.reporting.collect import relative_path
+from rapt_audit.reporting.summary import Group
+
+e = html.escape
+
+
+def warnings_html(group: Group) -> str:
+    """The warnings the group's results carry (each once, with the settings it came from) and the data's caveats.
+
+    The synthetic-data warning is left out: the group's banner already states it.
+    """
+    sources: dict[str, list[str]] = {}
+    for row in group.rows:
+        for item in row.runs:
+            for warning in item.result.warnings:
+                if warning != SYNTHETIC_WARNING:
+                    label = f"{row.defense} {row.setting}"
+                    sources.setdefault(str(warning), [])
+                    if label not in sources[warning]:
+                        sources[warning].append(label)
+    parts = []
+    if sources:
+        items = "".join(f"<li>{e(w)} <span class='note'>({e('; '.join(rows))})</span></li>"
+                        for w, rows in sources.items())
+        parts.append(f"<div class='warn'><h3>Warnings from these runs</h3><ul>{items}</ul></div>")
+    notes = group.first.dataset.get("notes") or {}
+    caveats = notes.get("caveats") if isinstance(notes, dict) else None
+    if caveats:
+        name = e(str(group.first.dataset.get("name")))
+        parts.append(f"<p class='note'>About the data ({name}): {e(str(caveats))}</p>")
+    return "".join(parts)
+
+
+def provenance_html(group: Group, base: Path) -> str:
+    """Which file, commit, versions, device, model and data each run of the group came from."""
+    items = [(row, item) for row in group.rows for item in row.runs]
+    lines = {_versions_line(item.result.env) for _, item in items}
+    shared = len(lines) == 1  # the usual case: one environment, stated once instead of on every row
+    rows = []
+    for row, item in items:
+        res, env = item.result, item.result.env
+        rows.append(
+            f"<tr><td><code>{e(relative_path(item.path, base))}</code></td><td>{e(row.defense)} {e(row.setting)}</td>"
+            f"<td><code>{e(res.cell_id)}</code></td><td>{e(str(env.get('seed', res.config.get('seed'))))}</td>"
+            f"<td><code>{e(str(env.get('git_sha')))}</code></td>"
+            + ("" if shared else f"<td>{e(_versions_line(env))}</td>") +
+            f"<td>{e(str(env.get('device', '?')))}</td>"
+            f"<td>{e(str(env.get('model', '?')))} <code>{e(str(env.get('model_fingerprint', ''))[:12])}</code></td>"
+            f"<td><code>{e(str(env.get('data_fingerprint', ''))[:12])}</code></td>"
+            f"<td>{e(str(env.get('started_at', '?')))}</td>"
+            f"<td class='num'>{e(str(env.get('wall_time_s', '?')))}</td></tr>")
+    common = f"<p class='note'>Every run: {e(lines.pop())}.</p>" if shared else ""
+    return ("<h3>Provenance</h3>" + common + "<table class='prov'><thead><tr><th>result file</th><th>setting</th>"
+            "<th>cell</th><th>seed</th><th>git sha</th>" + ("" if shared else "<th>versions</th>") +
+            "<th>device</th><th>model</th><th>data</th><th>started (UTC)</th><th>wall s</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def pretraining_note(group: Group) -> str:
+    """Which rows' services pretrained their encoder on privatized public text, and what that does not change."""
+    adapted = [f"{e(row.defense)} {e(row.setting)}: {e(row.pretraining)}" for row in group.rows if row.pretraining]
+    if not adapted:
+        return ""
+    return ("<p class='note'>Privacy-adaptive pretraining (Qu et al., CIKM 2021) — " + "; ".join(adapted) +
+            ". It changes the service's model only, not what users release: every attack sees the same release "
+            "as without pretraining, so only utility can differ.</p>")
+
+
+def selection_note(group: Group) -> str:
+    """How each row's service chose its learning rate and epoch on validation data (first seed of the row).
+
+    One line per row with a customization: the validation split, each learning rate of the grid with its
+    validation-accuracy curve (best epoch in bold; ``diverged`` where the loss became NaN or infinite) and
+    the choice. Results written before selection existed (fixed epochs) show nothing.
+    """
+    lines = []
+    for row in group.rows:
+        customization = row.release_meta.get("customization")
+        selection = customization.get("selection") if isinstance(customization, dict) else None
+        if not isinstance(selection, dict):
+            continue
+        candidates = [c for c in selection.get("candidates") or [] if isinstance(c, dict)]
+        chosen = selection.get("chosen") if isinstance(selection.get("chosen"), dict) else {}
+        entries = "; ".join(_candidate_html(c, chosen) for c in candidates) or "none recorded"
+        lr, epoch, accuracy = (_number(chosen.get(k)) for k in ("lr", "epoch", "valid_accuracy"))
+        most = e(str(selection.get("max_epochs", "?")))
+        choice = (f"lr {lr:g}, epoch {epoch:g} of at most {most}, validation accuracy {accuracy:.3f}"
+                  if lr is not None and epoch is not None and accuracy is not None else "no choice recorded")
+        if selection.get("pinned") is True:
+            choice += " (lr pinned by the user; only the epoch was chosen)"
+        size = e(str(selection.get("validation_examples", "?")))
+        lines.append(f"<li>{e(row.defense)} {e(row.setting)}: {size} validation texts; {entries} → <strong>"
+                     f"{choice}</strong></li>")
+    if not lines:
+        return ""
+    return ("<p class='note'>Hyper-parameters of the service's customization, chosen on a validation split carved from "
+            "the privatized training texts, never on the test split (validation accuracy per epoch; best epoch in "
+            "bold; first seed of each row):</p><ul class='note'>" + "".join(lines) + "</ul>")
+
+
+def _number(value: Any) -> float | None:
+    """A finite real number from a result file, else None (a hand-edited or hostile file renders, never fails)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _candidate_html(candidate: dict[str, Any], chosen: dict[str, Any]) -> str:
+    lr = _number(candidate.get("lr"))
+    label = "lr ?" if lr is None else f"lr {lr:g}"
+    if lr is not None and lr == _number(chosen.get("lr")):
+        label = f"<u>{label}</u>"
+    best = _number(candidate.get("best_epoch"))
+    points = []
+    for point in candidate.get("curve") or []:
+        if not isinstance(point, dict) or point.get("diverged") is True:  # said once, after the curve
+            continue
+        accuracy = _number(point.get("valid_accuracy"))
+        text = "?" if accuracy is None else f"{accuracy:.2f}"
+        points.append(f"<b>{text}</b>" if best is not None and _number(point.get("epoch")) == best else text)
+    if candidate.get("diverged") is True:
+        points.append(f"<span class='warn'>diverged in epoch {e(str(candidate.get('diverged_epoch', '?')))}</span>")
+    return f"{label}: " + (" → ".join(points) or "no epoch")
+
+
+def _versions_line(env: dict[str, Any]) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in dict(env.get("versions", {})).items())
+    return f"{versions}; Python {env.get('python', '?')} on {env.get('platform', '?')}"
+
+
+__all__ = ["pretraining_note", "provenance_html", "selection_note", "warnings_html"]
