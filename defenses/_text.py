@@ -22,7 +22,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.params import Check, CheckedParams, PositiveInt
+from rapt_audit.api.params import Check, PositiveInt
 from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.data.public import public_corpus
 from rapt_audit.mechanisms.calibration import ReplacementCount, check_target, find_eta
@@ -32,20 +32,14 @@ from rapt_audit.mechanisms.pos import entity_mentions
 from rapt_audit.mechanisms.privatize import check_text
 from rapt_audit.mechanisms.verbatim import verbatim_summary
 from rapt_audit.pipeline.context import RunContext
+from rapt_audit.defenses._customization import Customized
 from rapt_audit.defenses._pretraining import adapted_encoder, read_corpus
-from rapt_audit.utility.customize import check_method, check_positions, resolve_settings
 from rapt_audit.utility.pretraining import check_objective, resolve_pretrain_settings
-from rapt_audit.utility.customized import customized_utility
 from rapt_audit.utility.probes import bow_probe_utility, pair_text, require_labels
 
 
-def check_text_method(method: str) -> str:
-    """``bow`` (the quick bag-of-words probe) or a customization method (prompt, prefix, lora, full)."""
-    return method if method == "bow" else check_method(method)
-
-
 @dataclass
-class TextDefense(CheckedParams):
+class TextDefense(Customized):
     """Base class of text defenses; subclasses implement :meth:`privatize` and set ``name``.
 
     Parameters are checked once, when the defense is built (:class:`~rapt_audit.api.params.CheckedParams`);
@@ -55,7 +49,8 @@ class TextDefense(CheckedParams):
         eta: dχ privacy parameter (> 0; ``inf`` means no privacy).
         replacement: If set, a target word-replacement probability in (0, 1) that overrides
             ``eta``: η is calibrated on public text at fit time and recorded in the release.
-        method: ``bow`` or the customization method of the service's utility model.
+        method, epochs, lr, lr_grid, patience, batch_size, max_length, virtual_tokens: The service's
+            customization (:class:`~rapt_audit.defenses._customization.Customized`).
         pretrain: ``none``, or the privacy-adaptive pretraining objective of the service's encoder
             (``vanilla``, ``prob``, ``denoise``); needs a customization method, not ``bow``.
         pretrain_steps: Pretraining steps (None: the profile's default).
@@ -68,16 +63,9 @@ class TextDefense(CheckedParams):
 
     eta: Annotated[float, Check(check_eta)] = 100.0
     replacement: Annotated[float | None, Check(check_target)] = None
-    method: Annotated[str, Check(check_text_method)] = "bow"
-    epochs: int | None = None
-    lr: float | None = None
-    batch_size: int | None = None
-    max_length: int | None = None
-    virtual_tokens: int | None = None
     pretrain: Annotated[str, Check(check_objective)] = "none"
     pretrain_steps: PositiveInt | None = None
     pretrain_corpus: str | None = None
-    _training: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _eta: float | None = field(default=None, init=False, repr=False)
     _calibration: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)
@@ -125,10 +113,7 @@ class TextDefense(CheckedParams):
             resolve_pretrain_settings(self.pretrain, ctx.profile, {"steps": self.pretrain_steps})
             read_corpus(ctx, self.pretrain_corpus)
         if self.method != "bow":
-            settings = resolve_settings(self.method, ctx.profile, self.training_overrides())
-            plain = self.customization_options(ctx).get("plain")
-            check_positions(settings, len(plain.words) if plain else 0,
-                            int(ctx.encoder().model.config.max_position_embeddings))
+            self.check_customization(ctx, plain=self.customization_options(ctx).get("plain"))
         self.effective_eta(ctx)
         self._train = tuple(train)
         return self
@@ -170,11 +155,6 @@ class TextDefense(CheckedParams):
                 **({"customization": self._training} if self._training else {})}
         return Release(uids=[r.uid for r in records], texts=texts, meta=meta)
 
-    def training_overrides(self) -> dict[str, Any]:
-        """The customization settings the user set explicitly (None means the profile default)."""
-        return {"epochs": self.epochs, "lr": self.lr, "batch_size": self.batch_size, "max_length": self.max_length,
-                "virtual_tokens": self.virtual_tokens}
-
     def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
         """Task utility: the service customizes on privatized train text and answers the privatized test release.
 
@@ -182,16 +162,20 @@ class TextDefense(CheckedParams):
         and ``full`` customize the public encoder (rapt_audit.utility.customize).
         """
         y_train = require_labels(self._train, split="victim_train")
-        y_test = require_labels(test, split="victim_test")
+        require_labels(test, split="victim_test")  # fail before minutes of training; the labels are used below
         train_texts, _ = self.privatize_records(self._train, ctx)
-        test_texts, _ = self.privatize_records(test, ctx)
         if self.method == "bow":
-            return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", self.name))
+            test_texts, _ = self.privatize_records(test, ctx)
+            return bow_probe_utility(train_texts, y_train, test_texts, require_labels(test, split="victim_test"),
+                                     rng=ctx.rng("utility", self.name))
 
         loaded, pretraining = adapted_encoder(self, ctx) if self.pretrain != "none" else (None, None)
-        estimates, self._training = customized_utility(
-            train_texts, y_train, test_texts, y_test, method=self.method, overrides=self.training_overrides(),
-            ctx=ctx, key=self.name, loaded=loaded, **self.customization_options(ctx))
+
+        def test_split() -> tuple[list[str], np.ndarray]:  # privatized and read only once the model is final
+            return self.privatize_records(test, ctx)[0], require_labels(test, split="victim_test")
+
+        estimates = self.customized_scores(train_texts, y_train, test_split, ctx=ctx, key=self.name, loaded=loaded,
+                                           **self.customization_options(ctx))
         if pretraining is not None:
             self._training["pretraining"] = pretraining
         return estimates

@@ -299,4 +299,4 @@ def test_code_named_in_the_docs_exists(doc: Path):
     missing += [m for m in _MODULE.findall(text) if _missing_module(m.rstrip("."))]
     assert not missing, f"{doc.relative_to(REPO)} names code that does not exist: {sorted(set(missing))}"
     if doc == README:
-        assert "rapt_audit/utility/customize.py" in paths, "the path pattern no longer finds README's paths"
+        assert "rapt_audit/utility/selection.py" in paths, "the path pattern no longer finds README's paths"

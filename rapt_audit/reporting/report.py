@@ -30,7 +30,7 @@ from rapt_audit.pipeline.results import SYNTHETIC_WARNING
 from rapt_audit.reporting.audits import audit_docs_html
 from rapt_audit.reporting.collect import Collection, collect, relative_path
 from rapt_audit.reporting.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
-from rapt_audit.reporting.sections import pretraining_note, provenance_html, warnings_html
+from rapt_audit.reporting.sections import pretraining_note, provenance_html, selection_note, warnings_html
 from rapt_audit.reporting.style import CSP, STYLE
 from rapt_audit.reporting.summary import Group, group_results, safe_id
 from rapt_audit.scoring.metrics import METRICS
@@ -187,7 +187,7 @@ def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, ba
     if any(r.synthetic for r in group.rows):
         parts.append(f"<p class='banner warn'><strong>{e(SYNTHETIC_WARNING)}</strong></p>")
     parts.append(warnings_html(group))
-    parts += ["<h3>Summary</h3>", _summary_table(group), pretraining_note(group)]
+    parts += ["<h3>Summary</h3>", _summary_table(group), pretraining_note(group), selection_note(group)]
     if group.skipped_attacks:
         parts.append("<p class='note'>Not applicable here (skipped for every setting): " + "; ".join(
             f"<code>{e(a)}</code> ({e(reason)})" for a, reason in group.skipped_attacks.items()) + ".</p>")

@@ -94,7 +94,7 @@ def selection_note(group: Group) -> str:
         selection = customization.get("selection") if isinstance(customization, dict) else None
         if not isinstance(selection, dict):
             continue
-        candidates = [c for c in selection.get("candidates") or [] if isinstance(c, dict)]
+        candidates = [c for c in _list(selection.get("candidates")) if isinstance(c, dict)]
         chosen = selection.get("chosen") if isinstance(selection.get("chosen"), dict) else {}
         entries = "; ".join(_candidate_html(c, chosen) for c in candidates) or "none recorded"
         lr, epoch, accuracy = (_number(chosen.get(k)) for k in ("lr", "epoch", "valid_accuracy"))
@@ -104,7 +104,7 @@ def selection_note(group: Group) -> str:
         if selection.get("pinned") is True:
             choice += " (lr pinned by the user; only the epoch was chosen)"
         size = e(str(selection.get("validation_examples", "?")))
-        lines.append(f"<li>{e(row.defense)} {e(row.setting)}: {size} validation texts; {entries} → <strong>"
+        lines.append(f"<li>{e(row.defense)} {e(row.setting)}: {size} validation texts; {entries}. <strong>Chosen: "
                      f"{choice}</strong></li>")
     if not lines:
         return ""
@@ -120,6 +120,10 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _candidate_html(candidate: dict[str, Any], chosen: dict[str, Any]) -> str:
     lr = _number(candidate.get("lr"))
     label = "lr ?" if lr is None else f"lr {lr:g}"
@@ -127,14 +131,14 @@ def _candidate_html(candidate: dict[str, Any], chosen: dict[str, Any]) -> str:
         label = f"<u>{label}</u>"
     best = _number(candidate.get("best_epoch"))
     points = []
-    for point in candidate.get("curve") or []:
+    for point in _list(candidate.get("curve")):
         if not isinstance(point, dict) or point.get("diverged") is True:  # said once, after the curve
             continue
         accuracy = _number(point.get("valid_accuracy"))
         text = "?" if accuracy is None else f"{accuracy:.2f}"
         points.append(f"<b>{text}</b>" if best is not None and _number(point.get("epoch")) == best else text)
     if candidate.get("diverged") is True:
-        points.append(f"<span class='warn'>diverged in epoch {e(str(candidate.get('diverged_epoch', '?')))}</span>")
+        points.append(f"<span class='tag warn'>diverged in epoch {e(str(candidate.get('diverged_epoch', '?')))}</span>")
     return f"{label}: " + (" → ".join(points) or "no epoch")
 
 

@@ -1,4 +1,10 @@
-"""Utility of a text defense under a customization method: train on privatized text, test on the release."""
+"""Utility of a text defense under a customization method: train on privatized text, test on the release.
+
+Two steps, in this order, so that the test split cannot reach the choice of the model:
+:func:`customize_service` chooses the learning rate and epoch on validation data carved from the
+privatized training texts and returns the final model (:mod:`rapt_audit.utility.selection`);
+:func:`score_customized` then scores that model on the privatized test texts.
+"""
 
 from __future__ import annotations
 
@@ -9,27 +15,32 @@ import numpy as np
 
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.classification import classification_utility
-from rapt_audit.utility.customize import PlainTokens, resolve_settings, train_classifier
+from rapt_audit.utility.customize import PlainTokens, TrainedClassifier, resolve_settings
+from rapt_audit.utility.selection import resolve_grid, select_and_train
 
 if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and hands it down
     from rapt_audit.pipeline.context import RunContext
 
 
-def customized_utility(train_texts: Sequence[str], y_train: np.ndarray, test_texts: Sequence[str], y_test: np.ndarray,
-                       *, method: str, overrides: Mapping[str, Any], ctx: RunContext, key: str,
-                       plain: PlainTokens | None = None, reconstruction: bool = True,
-                       extra_settings: Mapping[str, Any] | None = None,
-                       loaded: Any = None) -> tuple[dict[str, Estimate], dict[str, Any]]:
-    """Customize the public encoder on the privatized training texts; score it on the privatized test texts.
+def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method: str, overrides: Mapping[str, Any],
+                      ctx: RunContext, key: str, plain: PlainTokens | None = None, reconstruction: bool = True,
+                      extra_settings: Mapping[str, Any] | None = None, lr_grid: Sequence[float] | None = None,
+                      loaded: Any = None) -> tuple[TrainedClassifier, dict[str, Any]]:
+    """Customize the public encoder on the privatized training texts, choosing lr and epoch on validation data.
 
-    ``loaded`` replaces the run's public encoder (e.g. one adapted by privacy-adaptive pretraining).
+    ``overrides["lr"]`` pins the learning rate; ``lr_grid`` replaces the profile's grid. ``loaded``
+    replaces the run's public encoder (e.g. one adapted by privacy-adaptive pretraining). The
+    validation split and the training seed derive from the run seed and ``key``.
 
     Returns:
-        The estimates (accuracy, macro-F1 and ROC AUC — macro one-vs-rest beyond two classes — with bootstrap CIs) and a
-        record of the training (resolved settings, per-epoch losses, wall time) for the result file.
+        The chosen model and a record of the training for the result file: resolved settings with the
+        chosen lr, the chosen model's per-epoch history, ``train_examples`` (all training texts received;
+        ``selection`` says how many of them were held out for validation), wall time and ``selection``.
     """
     settings = resolve_settings(method, ctx.profile, {**overrides, **(extra_settings or {})})
-    n_labels = int(max(np.max(y_train), np.max(y_test))) + 1
+    grid, pinned = resolve_grid(settings.method, ctx.profile, lr=overrides.get("lr"), lr_grid=lr_grid)
+    # Classes come from the training labels only: the test split is not read before the model is final.
+    n_labels = int(np.max(y_train)) + 1
     loaded = loaded if loaded is not None else ctx.encoder()
     started = time.perf_counter()
     bar = None
@@ -40,20 +51,38 @@ def customized_utility(train_texts: Sequence[str], y_train: np.ndarray, test_tex
 
     def advance(step: int, total: int) -> None:
         if bar is not None:
-            bar.total = total
+            if step == 1:  # a new grid entry
+                bar.reset(total=total)
             bar.update(step - bar.n)
 
     try:
-        trained = train_classifier(loaded, list(train_texts), y_train, settings, n_labels=n_labels,
-                                   seed=ctx.seed_for("customize", key), plain=plain, reconstruction=reconstruction,
-                                   progress=advance)
+        trained, selection = select_and_train(
+            loaded, list(train_texts), y_train, settings, grid=grid, pinned=pinned, n_labels=n_labels,
+            seed=ctx.seed_for("customize", key), split_rng=ctx.rng("validation-split", key), plain=plain,
+            reconstruction=reconstruction, progress=advance)
     finally:
         if bar is not None:
             bar.close()
-    train_seconds = time.perf_counter() - started
+    record = {"settings": trained.settings.to_dict(), "history": trained.history,
+              "train_examples": len(train_texts), "train_seconds": round(time.perf_counter() - started, 2),
+              "plain_tokens": len(plain.words) if plain else 0, "reconstruction": bool(plain and reconstruction),
+              "selection": selection}
+    return trained, record
+
+
+def score_customized(trained: TrainedClassifier, test_texts: Sequence[str], y_test: np.ndarray, *, ctx: RunContext,
+                     key: str) -> dict[str, Estimate]:
+    """Accuracy, macro-F1 and ROC AUC (macro one-vs-rest beyond two classes) of ``trained`` on the test texts.
+
+    A test label the training data never showed gets a probability column of zeros: the model cannot
+    predict a class it never saw, and that is scored as the error it is.
+    """
     probabilities = trained.predict_proba(list(test_texts))
-    estimates = classification_utility(probabilities, y_test, rng=ctx.rng("utility", key))
-    record = {"settings": settings.to_dict(), "history": trained.history, "train_examples": len(train_texts),
-              "train_seconds": round(train_seconds, 2), "plain_tokens": len(plain.words) if plain else 0,
-              "reconstruction": bool(plain and reconstruction)}
-    return estimates, record
+    y_test = np.asarray(y_test)
+    missing = int(np.max(y_test)) + 1 - probabilities.shape[1] if len(y_test) else 0
+    if missing > 0:
+        probabilities = np.pad(probabilities, ((0, 0), (0, missing)))
+    return classification_utility(probabilities, y_test, rng=ctx.rng("utility", key))
+
+
+__all__ = ["customize_service", "score_customized"]

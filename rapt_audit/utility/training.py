@@ -31,6 +31,20 @@ import numpy as np
 Batches = Callable[[], Iterable[np.ndarray]]
 
 
+class Diverged(ArithmeticError):
+    """Training diverged: a loss (or a prediction) became NaN or infinite.
+
+    Raised by a caller's ``loss`` or ``score`` (:func:`fit` itself checks nothing, so that losses that
+    are never read cost no device synchronisation); ``history`` holds the per-epoch statistics of the
+    epochs that finished before it, and ``epoch`` the epoch in which it happened.
+    """
+
+    def __init__(self, message: str, *, epoch: int, history: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+        self.history = list(history or [])
+
+
 @dataclass(frozen=True)
 class Epochs:
     """Stopping rule: train exactly ``epochs`` epochs and keep the last state."""
@@ -45,7 +59,8 @@ class EarlyStopping:
     Attributes:
         epochs: At most this many epochs.
         score: ``score(model)`` → the validation score, called with the model in eval mode; it must
-            read the trainer's own held-out data only (never a victim's or a test split).
+            read the trainer's own held-out data only (an attacker's validation data; the service's
+            validation split carved from its training texts), never a test split.
         maximize: True when a higher score is better.
         patience: Stop after this many epochs in a row without a strictly better score; None runs
             all ``epochs``.
@@ -197,5 +212,5 @@ def adam(parameters: Iterable[Any], *, lr: float, weight_decay: float = 0.0, fus
     return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay)
 
 
-__all__ = ["Batches", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit", "shuffled", "shuffled_even",
+__all__ = ["Batches", "Diverged", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit", "shuffled", "shuffled_even",
            "supervised_loss"]

@@ -1,0 +1,96 @@
+"""The service's customization, shared by every defense whose utility customizes the public encoder.
+
+The text defenses (T2T, PCT2T, RAPT) and ``identity`` (the no-privacy ceiling of each method) take
+the same parameters and train the same way: :class:`Customized` holds them, checks them once, and
+runs the two steps in the order that keeps the test split unread until the model is final —
+:func:`~rapt_audit.utility.customized.customize_service` (learning rate and epoch chosen on a
+validation split of the training texts), then
+:func:`~rapt_audit.utility.customized.score_customized` on the test texts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.params import Check, CheckedParams, PositiveInt
+from rapt_audit.api.types import Estimate
+from rapt_audit.pipeline.context import RunContext
+from rapt_audit.utility.customize import PlainTokens, check_method, check_positions, resolve_settings
+from rapt_audit.utility.customized import customize_service, score_customized
+from rapt_audit.utility.selection import check_lr_grid, resolve_grid
+
+
+def check_text_method(method: str) -> str:
+    """``bow`` (the quick bag-of-words probe) or a customization method (prompt, prefix, lora, full)."""
+    return method if method == "bow" else check_method(method)
+
+
+def check_optional_lr_grid(values: tuple[float, ...] | None) -> tuple[float, ...] | None:
+    """None (the profile's grid) or a grid checked by :func:`~rapt_audit.utility.selection.check_lr_grid`."""
+    return None if values is None else check_lr_grid(values)
+
+
+@dataclass
+class Customized(CheckedParams):
+    """Parameters and steps of the service's customization (a base class of defenses).
+
+    Attributes:
+        method: ``bow`` or the customization method of the service's utility model.
+        epochs: Maximum training epochs; the epoch is chosen by early stopping on a validation split
+            carved from the (privatized) training texts (None: the profile's).
+        lr: Pins the learning rate (None: chosen on the validation split from ``lr_grid``).
+        lr_grid: Learning rates to choose from on the validation split (None: the profile's grid,
+            :data:`rapt_audit.utility.selection.LR_GRIDS` at ``paper``, the profile's one value otherwise).
+        patience: Epochs without a better validation accuracy before training stops (None: the profile's).
+        batch_size, max_length, virtual_tokens: Training settings (None: the profile's).
+    """
+
+    method: Annotated[str, Check(check_text_method)] = "bow"
+    epochs: int | None = None
+    lr: float | None = None
+    lr_grid: Annotated[tuple[float, ...] | None, Check(check_optional_lr_grid)] = None
+    patience: PositiveInt | None = None
+    batch_size: int | None = None
+    max_length: int | None = None
+    virtual_tokens: int | None = None
+    _training: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.lr is not None and self.lr_grid is not None:  # refused when built: --dry-run says so too
+            raise UsageError(f"set either lr (pins one value; here {self.lr:g}) or lr_grid (searched on validation "
+                             "data), not both")
+
+    def training_overrides(self) -> dict[str, Any]:
+        """The customization settings the user set explicitly (None means the profile default)."""
+        return {"epochs": self.epochs, "lr": self.lr, "batch_size": self.batch_size, "max_length": self.max_length,
+                "virtual_tokens": self.virtual_tokens, "patience": self.patience}
+
+    def check_customization(self, ctx: RunContext, *, plain: PlainTokens | None = None) -> None:
+        """Resolve the settings and the grid and check the input fits the model, before any other work."""
+        settings = resolve_settings(self.method, ctx.profile, self.training_overrides())
+        resolve_grid(settings.method, ctx.profile, lr=self.lr, lr_grid=self.lr_grid)
+        check_positions(settings, len(plain.words) if plain else 0,
+                        int(ctx.encoder().model.config.max_position_embeddings))
+
+    def customized_scores(self, train_texts: Sequence[str], y_train: np.ndarray,
+                          test: Callable[[], tuple[Sequence[str], np.ndarray]], *, ctx: RunContext, key: str,
+                          loaded: Any = None, **options: Any) -> Mapping[str, Estimate]:
+        """Customize on the training texts, then score on the test texts, which ``test()`` gives only then.
+
+        ``test`` returns the test texts and labels; it is called after the model is final, so nothing
+        of the test split can reach the choice of learning rate or epoch. The training record is kept
+        in ``_training`` for the release facts.
+        """
+        trained, self._training = customize_service(
+            train_texts, y_train, method=self.method, overrides=self.training_overrides(), ctx=ctx, key=key,
+            lr_grid=self.lr_grid, loaded=loaded, **options)
+        test_texts, y_test = test()
+        return score_customized(trained, test_texts, y_test, ctx=ctx, key=key)
+
+
+__all__ = ["Customized", "check_optional_lr_grid", "check_text_method"]
