@@ -22,8 +22,9 @@ from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.registry import describe
 from rapt_audit.api.types import Skip
 from rapt_audit.api.version import __version__
-from rapt_audit.cli import audit, calibrate, dry_run, privatize
+from rapt_audit.cli import audit, bundle, calibrate, dry_run, privatize
 from rapt_audit.cli.audit import cmd_audit
+from rapt_audit.cli.bundle import cmd_bundle
 from rapt_audit.cli.calibrate import cmd_calibrate
 from rapt_audit.cli.privatize import cmd_privatize
 from rapt_audit.data import DATASETS
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("kind", nargs="?", default="all", choices=["all", "defenses", "attacks", "datasets", "metrics"])
     _add_run(sub)
 
-    for module in (privatize, audit, calibrate, report, leaderboard, check):
+    for module in (privatize, audit, calibrate, report, leaderboard, check, bundle):
         module.add_parser(sub)
     return parser
 
@@ -220,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
-                "leaderboard": cmd_leaderboard, "check": cmd_check, "privatize": cmd_privatize, "audit": cmd_audit}
+                "leaderboard": cmd_leaderboard, "check": cmd_check, "privatize": cmd_privatize, "audit": cmd_audit,
+                "bundle": cmd_bundle}
     try:
         with _sigterm_as_interrupt():
             return commands[args.command](args)

@@ -2,8 +2,11 @@
 
 Owns: :mod:`~rapt_audit.pipeline.config` (RunConfig and its precedence rules),
 :mod:`~rapt_audit.pipeline.context` (RunContext: seeds, device, shared objects),
-:mod:`~rapt_audit.pipeline.runner` (``run(config)``), :mod:`~rapt_audit.pipeline.sweep`,
-:mod:`~rapt_audit.pipeline.results` (the result file and its signature) and
+:mod:`~rapt_audit.pipeline.runner` (``run(config)``, ``compute(config)``), :mod:`~rapt_audit.pipeline.sweep`
+(with :mod:`~rapt_audit.pipeline.ray_executor`: cells as Ray tasks),
+:mod:`~rapt_audit.pipeline.results` (the result file and its signature; :mod:`~rapt_audit.pipeline.tidy`
+its tidy rows), :mod:`~rapt_audit.pipeline.bundle` (``rapt-audit bundle``: what an offline GPU machine
+needs, packed; ``bundle_pieces``, ``bundle_wheels``, and ``bundle_target``, which runs there) and
 :mod:`~rapt_audit.pipeline.cache` (releases stored on disk by the signature of what they depend on),
 and the user's side: :mod:`~rapt_audit.pipeline.user_side` (``Privatizer``, ``privatize``: a defense
 run on one's own text) with :mod:`~rapt_audit.pipeline.user_io` (text, JSON Lines and CSV, streamed),
