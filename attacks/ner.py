@@ -24,25 +24,28 @@ original victim text: the leakage ceiling (what an unprotected user would leak).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from rapt_audit.api.errors import DataError
-from rapt_audit.api.params import CheckedParams, PositiveFloat, PositiveInt
+from rapt_audit.api.params import CheckedParams, PositiveFloat, PositiveInt, get_params
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.types import AttackerData, AttackResult, Estimate, PerRecord, Record, Release, Skip
 from rapt_audit.mechanisms.align import align
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
+from rapt_audit.attacks._ner_model import CODE_VERSION, predict_tags, token_classifier, train_token_classifier
 from rapt_audit.attacks._ner_tags import Word, iob_labels, spacy_spans, spans_to_tags, tokenize_words
 from rapt_audit.data import load_dataset
+from rapt_audit.utility.state_cache import cached_state
 from rapt_audit.mechanisms.engines import tagger
 from rapt_audit.mechanisms.pos import entity_docs
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_statistic
-from rapt_audit.utility.training import Epochs, fit
 
 metric("entity_f1", "attack", False, "entity-level F1 of entities whose type and original surface string "
                                      "the attacker recovers from the release")
@@ -215,14 +218,28 @@ class TrainedNERAttack(NERAttackBase):
             tags = [carry_tags(o, r, t) for o, r, t in zip(words, released_words, tags)]
             words = released_words
         self._labels = iob_labels(s.label for r in records for s in r.entities)
-        self._model = _train_token_classifier(self, [[w.text for w in ws] for ws in words], tags, ctx=ctx)
+        texts = [[w.text for w in ws] for ws in words]
+        cached = False
+        if self.adaptive:  # trained on this defense's release: nothing to share with other runs
+            self._model = train_token_classifier(self, texts, tags, ctx=ctx)
+        else:
+            # Trained on clean text, the model does not depend on the defense or η: a sweep trains it once
+            # per seed and reads it back in every other cell (the very weights, so results do not change).
+            signature = {"attack": self.name, "params": get_params(self), "labels": self._labels,
+                         "data": hashlib.sha256(json.dumps([texts, tags]).encode("utf-8")).hexdigest(),
+                         "model": ctx.encoder().fingerprint, "seed": ctx.seed, "device": ctx.device,
+                         "code": CODE_VERSION}
+            self._model, _, cached = cached_state(
+                ctx.cache_dir / "attacks", signature, device=ctx.device,
+                train=lambda: (train_token_classifier(self, texts, tags, ctx=ctx), {}),
+                restore=lambda state: token_classifier(self, ctx=ctx, state=state))
         self._fit_details = {"train_source": source, "train_sentences": len(records), "labels": self._labels,
-                             "epochs": self.epochs, "adaptive": self.adaptive}
+                             "epochs": self.epochs, "adaptive": self.adaptive, "model_from_cache": cached}
         return self
 
     def tag(self, texts: Sequence[str], words: Sequence[Sequence[Word]], *, ctx: RunContext) -> list[list[str]]:
         """The fine-tuned classifier's tag for the first sub-token of each word (``O`` past the length limit)."""
-        return _predict(self, [[w.text for w in ws] for ws in words], ctx=ctx)
+        return predict_tags(self, [[w.text for w in ws] for ws in words], ctx=ctx)
 
 
 def carry_tags(original: Sequence[Word], released: Sequence[Word], tags: Sequence[str]) -> list[str]:
@@ -234,85 +251,6 @@ def carry_tags(original: Sequence[Word], released: Sequence[Word], tags: Sequenc
     return out
 
 
-def _train_token_classifier(attack: TrainedNERAttack, words: list[list[str]], tags: list[list[str]], *,
-                            ctx: RunContext) -> Any:
-    import torch  # lazy (torch)
-    from transformers import AutoModelForTokenClassification  # lazy (transformers)
-    from transformers.utils import logging as hf_logging  # lazy (transformers)
-
-    encoder = ctx.encoder()
-    label_id = {label: i for i, label in enumerate(attack._labels)}
-    torch.manual_seed(ctx.seed_for("attack", attack.name, "init"))
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # "some weights were newly initialised" is expected: the new head
-    try:
-        model = AutoModelForTokenClassification.from_pretrained(
-            encoder.path, num_labels=len(attack._labels), id2label=dict(enumerate(attack._labels)), label2id=label_id)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    model.to(ctx.device).train()
-    if attack.freeze_embeddings:  # a third of MiniLM's weights; freezing them makes CPU steps ~25 % cheaper
-        model.get_input_embeddings().weight.requires_grad_(False)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=attack.lr, weight_decay=0.01)
-    order_rng = ctx.rng("attack", attack.name, "order")
-    keep = [k for k, w in enumerate(words) if w]
-    # Linear warm-up over the first 10 % of steps, then linear decay to 0 (the usual BERT fine-tuning schedule).
-    total = max(1, attack.epochs * -(-len(keep) // attack.batch_size))
-    warmup = max(1, total // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))))
-
-    def loss(positions: np.ndarray) -> Any:
-        batch = [keep[k] for k in positions]
-        enc = encoder.tokenizer([words[k] for k in batch], is_split_into_words=True, truncation=True,
-                                max_length=attack.max_length, padding=True, return_tensors="pt")
-        labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
-        for row, k in enumerate(batch):
-            previous = None
-            for pos, word in enumerate(enc.word_ids(row)):
-                if word is not None and word != previous:  # label the first sub-token of each word
-                    labels[row, pos] = label_id.get(tags[k][word], 0)
-                previous = word
-        return model(**{key: v.to(ctx.device) for key, v in enc.items()}, labels=labels.to(ctx.device)).loss
-
-    fit(model, loss=loss, batches=lambda: _length_batches([len(words[k]) for k in keep], attack.batch_size, order_rng),
-        optimizer=optimizer, stop=Epochs(attack.epochs), after_step=schedule.step)
-    return model
-
-
-def _length_batches(lengths: Sequence[int], size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Batches of similar length (less padding), in random order: sort by length plus jitter, chunk, shuffle."""
-    key = np.asarray(lengths, dtype=float) + rng.uniform(0, 4, size=len(lengths))
-    order = np.argsort(key, kind="stable")
-    batches = [order[i:i + size] for i in range(0, len(order), size)]
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def _predict(attack: TrainedNERAttack, words: list[list[str]], *, ctx: RunContext,
-             batch_size: int = 32) -> list[list[str]]:
-    import torch  # lazy (torch)
-
-    tokenizer = ctx.encoder().tokenizer
-    limit = min(attack.predict_max_length, int(attack._model.config.max_position_embeddings))
-    out: list[list[str]] = [["O"] * len(w) for w in words]
-    order = [k for k in np.argsort([len(w) for w in words], kind="stable") if words[k]]
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            enc = tokenizer([words[k] for k in batch], is_split_into_words=True, truncation=True, max_length=limit,
-                            padding=True, return_tensors="pt")
-            best = attack._model(**{key: v.to(ctx.device) for key, v in enc.items()}).logits.argmax(-1).cpu().numpy()
-            for row, k in enumerate(batch):
-                previous = None
-                for pos, word in enumerate(enc.word_ids(row)):
-                    if word is not None and word != previous:
-                        out[k][word] = attack._labels[best[row, pos]]
-                    previous = word
-    return out
-
-
-#: Fewer steps on CPU, so a larger learning rate; the paper profile keeps the defaults (all of
-#: CoNLL-2003's training sentences, 3 epochs, lr 5e-5, embeddings trained).
 _PROFILES = {"smoke": {"max_train_sentences": 200, "epochs": 2, "max_length": 64, "batch_size": 8, "lr": 5e-4,
                        "freeze_embeddings": True},
              "cpu": {"max_train_sentences": 2000, "epochs": 2, "max_length": 128, "lr": 2e-4,

@@ -18,21 +18,19 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import io
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from rapt_audit.api.errors import DataError
-from rapt_audit.api.files import write_cache_atomic
 from rapt_audit.api.params import get_params, scoped_parameter
 from rapt_audit.data import load_dataset
 from rapt_audit.mechanisms.align import align
 from rapt_audit.pipeline.context import RunContext
-from rapt_audit.utility.pretraining import AlignedText, pretrain_encoder, pretraining_key, resolve_pretrain_settings
+from rapt_audit.utility.pretraining import AlignedText, pretrain_encoder, resolve_pretrain_settings
+from rapt_audit.utility.state_cache import cached_state, state_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.defenses._text import TextDefense
@@ -115,7 +113,6 @@ def adapted_encoder(defense: TextDefense, ctx: RunContext) -> tuple[Any, dict[st
         A ``LoadedModel`` sharing the public model's tokenizer and path, holding the adapted weights,
         and the record of the pretraining for the result file.
     """
-    import torch  # lazy (torch)
 
     settings = resolve_pretrain_settings(defense.pretrain, ctx.profile, {"steps": defense.pretrain_steps})
     eta = defense.effective_eta(ctx)
@@ -126,37 +123,30 @@ def adapted_encoder(defense: TextDefense, ctx: RunContext) -> tuple[Any, dict[st
     signature = {"model": loaded.fingerprint, "corpus": corpus, "corpus_fingerprint": corpus_fingerprint,
                  "defense": defense.name, "mechanism": mechanism, "eta": "inf" if eta == float("inf") else eta,
                  "settings": settings.to_dict(), "seed": ctx.seed}
-    key = pretraining_key(signature)
+    key = state_key(signature)
     record = {"objective": settings.objective, "settings": settings.to_dict(), "corpus": corpus,
               "eta": signature["eta"], "key": key,
               "note": "pretraining changes the service's model, not the release: every attack is unchanged"}
 
+    def train() -> tuple[Any, dict[str, Any]]:
+        started = time.perf_counter()
+        rng = ctx.rng("pretrain", defense.name, settings.objective)
+        picked = rng.choice(len(texts), size=min(settings.texts_needed, len(texts)), replace=False)
+        aligned = aligned_privatizations(defense, [texts[i] for i in sorted(picked)],
+                                         copies=settings.perturbations, eta=eta, rng=rng, ctx=ctx)
+        model, curve = pretrain_encoder(loaded, aligned, settings, seed=ctx.seed_for("pretrain", key))
+        return model, {"corpus_texts": len(aligned), "loss_curve": curve,
+                       "train_seconds": round(time.perf_counter() - started, 2)}
+
+    def restore(state: dict[str, Any]) -> Any:
+        model = copy.deepcopy(loaded.model)
+        model.load_state_dict(state)
+        return model.eval()
+
     def build() -> tuple[Any, dict[str, Any]]:
-        path = ctx.cache_dir / "pretrained" / f"{key}.pt"
-        adapted = None
-        if path.is_file():
-            try:
-                stored = torch.load(path, map_location=loaded.device, weights_only=True)
-                adapted = _with_state(loaded, stored["state"], key)
-                found = dict(stored["record"])
-            except Exception as exc:  # noqa: BLE001 - any unreadable cache entry is rebuilt, never trusted
-                warnings.warn(f"the cached adapted encoder {path} cannot be read ({exc}); training it again",
-                              stacklevel=2)
-                adapted = None
-        if adapted is None:
-            started = time.perf_counter()
-            rng = ctx.rng("pretrain", defense.name, settings.objective)
-            picked = rng.choice(len(texts), size=min(settings.texts_needed, len(texts)), replace=False)
-            aligned = aligned_privatizations(defense, [texts[i] for i in sorted(picked)],
-                                             copies=settings.perturbations, eta=eta, rng=rng, ctx=ctx)
-            model, curve = pretrain_encoder(loaded, aligned, settings, seed=ctx.seed_for("pretrain", key))
-            found = {"corpus_texts": len(aligned), "loss_curve": curve,
-                     "train_seconds": round(time.perf_counter() - started, 2)}
-            buffer = io.BytesIO()
-            torch.save({"state": model.state_dict(), "record": found, "signature": signature}, buffer)
-            write_cache_atomic(path, lambda handle: handle.write(buffer.getvalue()))
-            adapted = _adapted(loaded, model, key)
-        return adapted, found
+        model, found, _ = cached_state(ctx.cache_dir / "pretrained", signature, train=train, restore=restore,
+                                       device=loaded.device)
+        return _adapted(loaded, model, key), found
 
     adapted, found = ctx.shared(("pretrained", key), build)
     return adapted, {**record, **found}
@@ -165,11 +155,3 @@ def adapted_encoder(defense: TextDefense, ctx: RunContext) -> tuple[Any, dict[st
 def _adapted(loaded: Any, model: Any, key: str) -> Any:
     """``loaded`` with ``model`` in place of the public encoder (same tokenizer; a fingerprint that says so)."""
     return dataclasses.replace(loaded, model=model, fingerprint=f"{loaded.fingerprint}+pretrain:{key}")
-
-
-def _with_state(loaded: Any, state: dict[str, Any], key: str) -> Any:
-    """A copy of the public model holding ``state`` (a cached adapted encoder)."""
-    model = copy.deepcopy(loaded.model)
-    model.load_state_dict(state)
-    model.eval()
-    return _adapted(loaded, model, key)

@@ -132,6 +132,19 @@ def ner_attack(splits, identity, mctx):
     return ner.NERAttack(**args).fit(splits.attacker, identity, ctx=mctx)
 
 
+def test_the_clean_ner_classifier_is_trained_once_and_read_back_identical(ner_attack, splits, identity, mctx):
+    # The same attack on the same data in the same cache (another cell of a sweep): no training, same tags.
+    args = {**ner.NERAttack.profiles["smoke"], "max_train_sentences": 80}
+    again = ner.NERAttack(**args).fit(splits.attacker, identity, ctx=mctx)
+    assert ner_attack._fit_details["model_from_cache"] is False and again._fit_details["model_from_cache"] is True
+    texts = [r.text for r in splits.victim_test[:30]]
+    words = [ner.tokenize_words(t) for t in texts]
+    assert again.tag(texts, words, ctx=mctx) == ner_attack.tag(texts, words, ctx=mctx)
+    # Other training settings are another classifier: trained, not read.
+    other = ner.NERAttack(**{**args, "epochs": 1}).fit(splits.attacker, identity, ctx=mctx)
+    assert other._fit_details["model_from_cache"] is False
+
+
 def test_ner_identity_release_scores_the_clean_f1(ner_attack, splits, identity, mctx):
     from seqeval.metrics import f1_score
 

@@ -3,7 +3,8 @@
 Owns: :mod:`~rapt_audit.utility.customize` (prompt tuning, prefix tuning, LoRA through ``peft``, and
 full fine-tuning, with RAPT's reconstruction head), :mod:`~rapt_audit.utility.customized` (the
 utility of a text defense under one of those methods: train, then score), :mod:`~rapt_audit.utility.selection`
-(the learning rate and epoch chosen on a validation split of the training texts), :mod:`~rapt_audit.utility.probes` (the
+(the learning rate and epoch chosen on a validation split of the training texts),
+:mod:`~rapt_audit.utility.state_cache` (trained weights stored by signature), :mod:`~rapt_audit.utility.probes` (the
 cheap bag-of-words and logistic-regression probes) and :mod:`~rapt_audit.utility.training` (the one
 training loop, used by customization and by the attacks' and defenses' own networks).
 

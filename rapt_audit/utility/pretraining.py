@@ -42,8 +42,6 @@ with their own mechanism (:meth:`rapt_audit.defenses._text.TextDefense.pretraini
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -359,12 +357,6 @@ def _mlm_phase(model: Any, loaded: Any, texts: Sequence[AlignedText], settings: 
     return curve
 
 
-def pretraining_key(signature: Mapping[str, Any]) -> str:
-    """A short stable digest of everything that determines an adapted encoder (its cache key)."""
-    text = json.dumps(signature, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
 __all__ = ["AlignedText", "FirstPieces", "MASK_RATE", "MAX_PREDICTIONS", "OBJECTIVES", "PERTURBATIONS",
            "PROFILE_DEFAULTS", "PretrainSettings", "check_objective", "load_mlm", "mask_batch", "pretrain_encoder",
-           "pretraining_key", "resolve_pretrain_settings"]
+           "resolve_pretrain_settings"]
