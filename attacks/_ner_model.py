@@ -36,22 +36,25 @@ def token_classifier(attack: Any, *, ctx: RunContext, state: Mapping[str, Any] |
     """The embedded model with a token-classification head for the attack's labels, on the run's device:
     freshly initialised from the run seed, or holding ``state`` (a cached trained classifier)."""
     import torch  # lazy (torch)
-    from transformers import AutoModelForTokenClassification  # lazy (transformers)
+    from transformers import AutoConfig, AutoModelForTokenClassification  # lazy (transformers)
     from transformers.utils import logging as hf_logging  # lazy (transformers)
 
-    label_id = {label: i for i, label in enumerate(attack._labels)}
+    labels = {"num_labels": len(attack._labels), "id2label": dict(enumerate(attack._labels)),
+              "label2id": {label: i for i, label in enumerate(attack._labels)}}
+    if state is not None:
+        # Every weight comes from ``state``: build the architecture alone rather than read the public
+        # weights from disk only to overwrite them.
+        model = AutoModelForTokenClassification.from_config(AutoConfig.from_pretrained(ctx.encoder().path, **labels))
+        model.load_state_dict(state)
+        model.eval()  # as training leaves it (utility.training.fit ends in eval mode)
+        return model.to(ctx.device)
     torch.manual_seed(ctx.seed_for("attack", attack.name, "init"))
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "some weights were newly initialised" is expected: the new head
     try:
-        model = AutoModelForTokenClassification.from_pretrained(
-            ctx.encoder().path, num_labels=len(attack._labels), id2label=dict(enumerate(attack._labels)),
-            label2id=label_id)
+        model = AutoModelForTokenClassification.from_pretrained(ctx.encoder().path, **labels)
     finally:
         hf_logging.set_verbosity(verbosity)
-    if state is not None:
-        model.load_state_dict(state)
-        model.eval()  # as training leaves it (utility.training.fit ends in eval mode)
     return model.to(ctx.device)
 
 

@@ -24,8 +24,7 @@ def _params(values: dict[str, Any]) -> str:
 
 def _output_state(checked: runner.Plan) -> str:
     """What a real run would do with its output directory (plan() has already refused a foreign one)."""
-    existing = runner.check_out_dir(checked.out, checked.config)
-    if existing is None:
+    if checked.existing is None:
         return "new"
     if checked.config.force:
         return "holds this run; --force runs it again"

@@ -165,7 +165,7 @@ class RayExecutor:
         """
         pending = [c for c in cells if index.status[c.name] == "pending"]
         if not pending:  # a finished sweep: nothing to start Ray for
-            return [(c, _reuse(c, log, f"{i}/{len(cells)}")) for i, c in enumerate(cells, 1)]
+            return [(c, _reuse(c, index, log, f"{i}/{len(cells)}")) for i, c in enumerate(cells, 1)]
         cuda = [c.label for c in pending if c.config.device == "cuda"]
         if cuda and self.gpus_per_cell == 0:
             raise UsageError(f"cell {cuda[0]} asks for --device cuda, but its Ray task declares no GPU; add "
@@ -213,12 +213,10 @@ class RayExecutor:
         return {k: os.environ[k] for k in names if k in os.environ}
 
 
-def _reuse(cell: Cell, log: Log, number: str) -> RunResult:
+def _reuse(cell: Cell, index: SweepIndex, log: Log, number: str) -> RunResult:
     """The finished result of a cell that :func:`~rapt_audit.pipeline.sweep.check_cells` found complete."""
     log(f"cell {number} {cell.label}: reusing {cell.config.out}")
-    result = audit_runner.check_out_dir(Path(cell.config.out), cell.config)
-    assert result is not None  # checked just before, under the sweep's lock
-    return result
+    return index.finished[cell.name]  # read and checked just before, under the sweep's lock
 
 
 class _Driver:
@@ -259,7 +257,8 @@ class _Driver:
         clock = time.perf_counter()
         for cell in self.cells:
             if self.index.status[cell.name] == "complete":
-                self.results[cell.name] = _reuse(cell, self.log, f"{self.number[cell.name]}/{len(self.cells)}")
+                self.results[cell.name] = _reuse(cell, self.index, self.log,
+                                                 f"{self.number[cell.name]}/{len(self.cells)}")
         if self.queue and self.capacity() == 0 and self.ex.address is None:
             raise UsageError(f"no cell fits on this machine's Ray instance: each declares {self.ex.cpus_per_cell:g} "
                              f"CPU and {self.ex.gpus_per_cell:g} GPU, and Ray sees {self.ray.cluster_resources()}; "

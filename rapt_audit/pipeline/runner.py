@@ -53,7 +53,10 @@ Log = Callable[[str], None]
 
 @dataclass
 class Plan:
-    """A checked run, ready to execute: plugins built, data loaded and split, output directory chosen."""
+    """A checked run, ready to execute: plugins built, data loaded and split, output directory chosen.
+
+    ``existing`` is the finished result of this exact run that ``out`` held when :func:`plan` looked.
+    """
 
     config: RunConfig
     defense: Any
@@ -61,6 +64,7 @@ class Plan:
     dataset: Dataset
     splits: Splits
     out: Path
+    existing: RunResult | None = None
 
 
 def default_dataset(config: RunConfig) -> str:
@@ -128,7 +132,7 @@ def plan(config: RunConfig) -> Plan:
         UsageError, DataError, ResultError: with messages that name the problem and the fix.
     """
     checked = _prepare(config)
-    check_out_dir(checked.out, config)
+    checked.existing = check_out_dir(checked.out, config)
     return checked
 
 

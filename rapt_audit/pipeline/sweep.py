@@ -163,9 +163,12 @@ class SweepIndex:
     """The status of every cell (``pending``, ``complete``, ``failed``), mirrored in ``<out>/sweep.json``."""
 
     def __init__(self, out: Path, cells: Sequence[Cell], axes: Sequence[Axis], status: Mapping[str, str],
-                 data: Mapping[str, tuple[str, str]] | None = None) -> None:
+                 data: Mapping[str, tuple[str, str]] | None = None,
+                 finished: Mapping[str, RunResult] | None = None) -> None:
         self.out, self.cells, self.axes = out, list(cells), list(axes)
         self.status = dict(status)
+        #: Cell name → the result a ``complete`` cell's directory held when it was checked (read once).
+        self.finished = dict(finished or {})
         self.errors: dict[str, str] = {}
         #: Cell name → (dataset name, data fingerprint) as the check saw them on this machine, so that
         #: a result computed elsewhere can be checked to come from the same data.
@@ -245,12 +248,14 @@ def check_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: 
     """
     status: dict[str, str] = {}
     data: dict[str, tuple[str, str]] = {}
+    finished: dict[str, RunResult] = {}
     for cell in cells:
         checked = audit_runner.plan(cell.config)
         data[cell.name] = (checked.dataset.name, checked.dataset.fingerprint)
-        done = audit_runner.check_out_dir(Path(cell.config.out), cell.config)
-        status[cell.name] = "complete" if done is not None and not cell.config.force else "pending"
-    index = SweepIndex(out, cells, axes, status, data)
+        status[cell.name] = "complete" if checked.existing is not None and not cell.config.force else "pending"
+        if status[cell.name] == "complete":
+            finished[cell.name] = checked.existing
+    index = SweepIndex(out, cells, axes, status, data, finished)
     todo = sum(s == "pending" for s in status.values())
     log(f"sweep of {len(cells)} cells in {out}: {len(cells) - todo} complete, {todo} to run")
     return index

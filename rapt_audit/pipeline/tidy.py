@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from rapt_audit.api.plugins import load as load_plugins
 from rapt_audit.api.types import Estimate, Skip
@@ -51,9 +51,18 @@ def setting_key(result: RunResult) -> str:
                       sort_keys=True, default=str)
 
 
+def setting_columns(result: RunResult) -> dict[str, Any]:
+    """The cells that name a result's comparable group and defense setting: signature, dataset, profile,
+    model, defense, setting_key, params (JSON) and one ``param.<name>`` cell per defense parameter."""
+    params = dict(result.defense.get("params", {}))
+    return {"signature": result.signature, "dataset": result.dataset.get("name"),
+            "profile": result.config.get("profile"), "model": result.config.get("model"),
+            "defense": result.defense.get("name"), "setting_key": setting_key(result), "params": params_json(params),
+            **{PARAM_PREFIX + k: cell_value(v) for k, v in params.items()}}
+
+
 def _direction(measure: str) -> bool | None:
     """Whether a higher value is better for the defender, as the metric's declaration says (None if undeclared)."""
-    load_plugins()  # plugins declare their own metrics when imported
     return METRICS.get(measure).higher_is_better if measure in METRICS else None
 
 
@@ -64,7 +73,8 @@ def cell_value(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def _estimate_cells(est: Estimate | None) -> dict[str, Any]:
+def estimate_cells(est: Estimate | None) -> dict[str, Any]:
+    """An estimate as the frame's value, ci_low, ci_high, n, ci_method and level cells (NaN / 0 / None for none)."""
     if est is None:
         return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "ci_method": None,
                 "level": math.nan}
@@ -79,22 +89,18 @@ def tidy_records(result: RunResult, *, path: str | None = None) -> list[dict[str
         result: A run's result.
         path: The file it was read from, recorded in the ``path`` column (``None`` for a fresh run).
     """
-    params = dict(result.defense.get("params", {}))
+    load_plugins()  # plugins declare their own metrics (and directions) when imported
     env = result.env
     common: dict[str, Any] = {
-        "signature": result.signature, "dataset": result.dataset.get("name"), "synthetic": result.synthetic,
-        "profile": result.config.get("profile"), "model": result.config.get("model"),
-        "defense": result.defense.get("name"), "setting_key": setting_key(result),
-        "params": params_json(params), "seed": result.config.get("seed"),
+        **setting_columns(result), "synthetic": result.synthetic, "seed": result.config.get("seed"),
         "cell_id": result.cell_id, "git_sha": env.get("git_sha"),
         "version": (env.get("versions") or {}).get("rapt-audit"), "started_at": env.get("started_at"),
         "wall_time_s": env.get("wall_time_s"), "path": path}
-    common.update({PARAM_PREFIX + k: cell_value(v) for k, v in params.items()})
 
     rows = []
 
     def add(kind: str, attack: str | None, measure: str, est: Estimate | None, skipped: str | None = None) -> None:
-        rows.append({**common, "kind": kind, "attack": attack, "measure": measure, **_estimate_cells(est),
+        rows.append({**common, "kind": kind, "attack": attack, "measure": measure, **estimate_cells(est),
                      "higher_is_better": _direction(measure), "skipped": skipped})
 
     for name, est in result.utility.items():
@@ -109,8 +115,9 @@ def tidy_records(result: RunResult, *, path: str | None = None) -> list[dict[str
     return rows
 
 
-def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """A DataFrame of tidy rows with :data:`COLUMNS` first, then the ``param.*`` columns sorted by name.
+def records_frame(records: Iterable[Mapping[str, Any]], columns: Sequence[str] = COLUMNS) -> pd.DataFrame:
+    """A DataFrame of rows with ``columns`` first (default :data:`COLUMNS`), then the ``param.*`` columns
+    sorted by name, integer and boolean columns nullable.
 
     An empty input gives an empty frame that still has the fixed columns.
     """
@@ -118,7 +125,7 @@ def records_frame(records: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
     records = list(records)
     params = sorted({k for r in records for k in r if k.startswith(PARAM_PREFIX)})
-    return typed_frame(pd.DataFrame.from_records(records, columns=list(COLUMNS) + params))
+    return typed_frame(pd.DataFrame.from_records(records, columns=list(columns) + params))
 
 
 def typed_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -129,5 +136,5 @@ def typed_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.astype({c: t for c, t in dtypes.items() if c in frame.columns})
 
 
-__all__ = ["COLUMNS", "PARAM_PREFIX", "cell_value", "params_json", "records_frame", "setting_key", "tidy_records",
-           "typed_frame"]
+__all__ = ["COLUMNS", "PARAM_PREFIX", "cell_value", "estimate_cells", "params_json", "records_frame", "setting_columns",
+           "setting_key", "tidy_records", "typed_frame"]

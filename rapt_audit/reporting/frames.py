@@ -13,14 +13,13 @@ the rest is loaded. Only when nothing at all is usable does ``load`` raise, nami
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from rapt_audit.api.types import Estimate, Skip
 from rapt_audit.pipeline.results import RunResult
-from rapt_audit.pipeline.tidy import PARAM_PREFIX, cell_value, params_json, records_frame, tidy_records, typed_frame
+from rapt_audit.pipeline.tidy import estimate_cells, records_frame, setting_columns, tidy_records
 from rapt_audit.reporting.collect import Collection, Loaded, collect
 from rapt_audit.reporting.summary import Row, group_results
 
@@ -33,7 +32,7 @@ _IN_MEMORY = Path("<in memory>")
 #: The fixed columns of :func:`summarize`, in order; ``param.<name>`` columns follow.
 SUMMARY_COLUMNS = ("signature", "dataset", "synthetic", "profile", "model", "defense", "setting", "setting_key",
                    "params", "no_privacy", "privacy_level", "seeds", "n_seeds", "kind", "attack", "measure",
-                   "value", "ci_low", "ci_high", "n", "ci_method", "skipped")
+                   "value", "ci_low", "ci_high", "n", "ci_method", "level", "skipped")
 
 
 class ResultsWarning(UserWarning):
@@ -76,20 +75,12 @@ def load(source: str | Path | RunResult | Iterable[str | Path | RunResult]) -> p
 
 
 def _summary_rows(row: Row, kind: str, attack: str | None, measure: str, est: Estimate | Skip) -> dict[str, Any]:
-    first = row.runs[0].result
-    base: dict[str, Any] = {
-        "signature": row.signature, "dataset": first.dataset.get("name"), "synthetic": row.synthetic,
-        "profile": first.config.get("profile"), "model": first.config.get("model"), "defense": row.defense,
-        "setting": row.setting, "setting_key": row.key,
-        "params": params_json(row.params), "no_privacy": row.no_privacy,
-        "privacy_level": row.privacy_level, "seeds": ",".join(map(str, row.seeds)), "n_seeds": len(row.seeds),
-        "kind": kind, "attack": attack, "measure": measure}
-    base.update({PARAM_PREFIX + k: cell_value(v) for k, v in row.params.items()})
-    if isinstance(est, Skip):
-        return {**base, "value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "ci_method": None,
-                "skipped": est.reason}
-    return {**base, "value": est.value, "ci_low": est.ci_low, "ci_high": est.ci_high, "n": est.n,
-            "ci_method": est.method, "skipped": None}
+    # The setting's cells are those of its first run (every run of a row shares them, the seed aside).
+    skipped = est.reason if isinstance(est, Skip) else None
+    return {**setting_columns(row.runs[0].result), "synthetic": row.synthetic, "setting": row.setting,
+            "no_privacy": row.no_privacy, "privacy_level": row.privacy_level,
+            "seeds": ",".join(map(str, row.seeds)), "n_seeds": len(row.seeds), "kind": kind, "attack": attack,
+            "measure": measure, **estimate_cells(None if isinstance(est, Skip) else est), "skipped": skipped}
 
 
 def summarize(source: str | Path | RunResult | Iterable[str | Path | RunResult]) -> pd.DataFrame:
@@ -105,8 +96,6 @@ def summarize(source: str | Path | RunResult | Iterable[str | Path | RunResult])
     Raises:
         ResultError: when nothing usable was found (see :func:`load`).
     """
-    import pandas as pd  # lazy (pandas)
-
     found = _collect(source, what="summarize()")
     rows = []
     for group in group_results(found.results):
@@ -116,8 +105,7 @@ def summarize(source: str | Path | RunResult | Iterable[str | Path | RunResult])
                 rows.append(_summary_rows(row, "privacy", attack, "empirical_privacy", est))
                 rows += [_summary_rows(row, "attack_metric", attack, m, e)
                          for m, e in row.metrics.get(attack, {}).items()]
-    params = sorted({k for r in rows for k in r if k.startswith(PARAM_PREFIX)})
-    return typed_frame(pd.DataFrame.from_records(rows, columns=list(SUMMARY_COLUMNS) + params))
+    return records_frame(rows, SUMMARY_COLUMNS)
 
 
 __all__ = ["ResultsWarning", "SUMMARY_COLUMNS", "load", "summarize"]

@@ -60,20 +60,21 @@ def _fmt(value: float) -> str:
 
 @dataclass
 class Row:
-    """One defense setting inside a comparable group, all its seeds combined.
-
-    ``key`` is the setting's :func:`~rapt_audit.pipeline.tidy.setting_key`, the same for all its runs.
-    """
+    """One defense setting inside a comparable group, all its seeds combined."""
 
     signature: str
     defense: str
     params: dict[str, Any]
     runs: list[Loaded]
     setting: str = ""
-    key: str = ""
     utility: dict[str, Estimate] = field(default_factory=dict)
     privacy: dict[str, Estimate | Skip] = field(default_factory=dict)
     metrics: dict[str, dict[str, Estimate]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The setting's :func:`~rapt_audit.pipeline.tidy.setting_key` (the same for all its runs)."""
+        return setting_key(self.runs[0].result)
 
     @property
     def seeds(self) -> list[int]:
@@ -242,8 +243,7 @@ def group_results(loaded: Sequence[Loaded]) -> list[Group]:
         key = setting_key(res)
         rows = by_sig.setdefault(res.signature, {})
         if key not in rows:
-            rows[key] = Row(res.signature, str(res.defense.get("name")), dict(res.defense.get("params", {})), [],
-                            key=key)
+            rows[key] = Row(res.signature, str(res.defense.get("name")), dict(res.defense.get("params", {})), [])
         rows[key].runs.append(item)
     groups = []
     for sig in sorted(by_sig):
