@@ -17,7 +17,7 @@ import numpy as np
 from rapt_audit.api.version import __version__
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility import training
-from rapt_audit.utility.training import Epochs, fit
+from rapt_audit.utility.training import Epochs, fit, to_device
 
 
 def _code_version() -> str:
@@ -58,11 +58,42 @@ def token_classifier(attack: Any, *, ctx: RunContext, state: Mapping[str, Any] |
     return model.to(ctx.device)
 
 
+def encode_words(tokenizer: Any, words: Sequence[Sequence[str]], *,
+                 max_length: int) -> tuple[dict[str, Any], np.ndarray, list[np.ndarray]]:
+    """Every sentence tokenized once, padded to the longest: CPU id tensors, token counts, first sub-tokens.
+
+    A batch's rows cut to the batch's longest row (``tensor[rows, :length]``) are exactly what
+    tokenizing the batch alone with ``padding=True`` gives (right padding), so training and tagging
+    need no tokenizer call per batch.
+
+    Returns:
+        ``(inputs, lengths, first)``: the tokenizer's tensors (``(n, longest)``), the tokens of each
+        sentence, and per sentence the ``(position, word)`` pairs of each word's first sub-token
+        (``(k, 2)`` int64; words cut off by ``max_length`` have none).
+    """
+    enc = tokenizer([list(w) for w in words], is_split_into_words=True, truncation=True, max_length=max_length,
+                    padding=True, return_tensors="pt")
+    lengths = enc["attention_mask"].sum(dim=1).numpy()
+    first = []
+    for row in range(len(words)):
+        pairs, previous = [], None
+        for pos, word in enumerate(enc.word_ids(row)):
+            if word is not None and word != previous:  # the first sub-token of each word
+                pairs.append((pos, word))
+            previous = word
+        first.append(np.array(pairs, dtype=np.int64).reshape(-1, 2))
+    return dict(enc), lengths, first
+
+
 def train_token_classifier(attack: Any, words: list[list[str]], tags: list[list[str]], *,
                             ctx: RunContext) -> Any:
+    """Fine-tune :func:`token_classifier` on ``words`` with IOB ``tags`` (AdamW, warm-up then linear decay).
+
+    Sentences are tokenized once and kept on the run's device; each step gathers its batch (of
+    similar lengths, :func:`length_batches`) cut to the batch's longest row.
+    """
     import torch  # lazy (torch)
 
-    encoder = ctx.encoder()
     label_id = {label: i for i, label in enumerate(attack._labels)}
     model = token_classifier(attack, ctx=ctx)
     model.train()
@@ -76,19 +107,19 @@ def train_token_classifier(attack: Any, words: list[list[str]], tags: list[list[
     warmup = max(1, total // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup))))
+    # Tokenized once and kept on the device with the labels (the first sub-token of each word carries
+    # its tag, every other position -100); a step only gathers its rows.
+    inputs, lengths, first = encode_words(ctx.encoder().tokenizer, [words[k] for k in keep],
+                                          max_length=attack.max_length)
+    labels = np.full(tuple(inputs["input_ids"].shape), -100, dtype=np.int64)
+    for row, k in enumerate(keep):
+        labels[row, first[row][:, 0]] = [label_id.get(tags[k][word], 0) for word in first[row][:, 1]]
+    inputs = {key: v.to(ctx.device) for key, v in inputs.items()}
+    labels = torch.as_tensor(labels, device=ctx.device)
 
     def loss(positions: np.ndarray) -> Any:
-        batch = [keep[k] for k in positions]
-        enc = encoder.tokenizer([words[k] for k in batch], is_split_into_words=True, truncation=True,
-                                max_length=attack.max_length, padding=True, return_tensors="pt")
-        labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
-        for row, k in enumerate(batch):
-            previous = None
-            for pos, word in enumerate(enc.word_ids(row)):
-                if word is not None and word != previous:  # label the first sub-token of each word
-                    labels[row, pos] = label_id.get(tags[k][word], 0)
-                previous = word
-        return model(**{key: v.to(ctx.device) for key, v in enc.items()}, labels=labels.to(ctx.device)).loss
+        rows, width = to_device(positions, ctx.device), int(lengths[positions].max())
+        return model(**{key: v[rows, :width] for key, v in inputs.items()}, labels=labels[rows, :width]).loss
 
     fit(model, loss=loss, batches=lambda: length_batches([len(words[k]) for k in keep], attack.batch_size, order_rng),
         optimizer=optimizer, stop=Epochs(attack.epochs), after_step=schedule.step)
@@ -104,28 +135,31 @@ def length_batches(lengths: Sequence[int], size: int, rng: np.random.Generator) 
 
 
 def predict_tags(attack: Any, words: list[list[str]], *, ctx: RunContext,
-             batch_size: int = 32) -> list[list[str]]:
+                 batch_size: int = 32) -> list[list[str]]:
+    """The trained classifier's tag for the first sub-token of each word (``O`` past the length limit).
+
+    Sentences run in batches of ``batch_size`` in order of length; all batches are queued on the
+    device and their predictions read once.
+    """
     import torch  # lazy (torch)
 
-    tokenizer = ctx.encoder().tokenizer
     limit = min(attack.predict_max_length, int(attack._model.config.max_position_embeddings))
     out: list[list[str]] = [["O"] * len(w) for w in words]
     order = [k for k in np.argsort([len(w) for w in words], kind="stable") if words[k]]
+    inputs, lengths, first = encode_words(ctx.encoder().tokenizer, [words[k] for k in order], max_length=limit)
+    best = []
     with torch.inference_mode():
+        # Every batch is queued before any prediction is read (once, at the end).
         for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            enc = tokenizer([words[k] for k in batch], is_split_into_words=True, truncation=True, max_length=limit,
-                            padding=True, return_tensors="pt")
-            best = attack._model(**{key: v.to(ctx.device) for key, v in enc.items()}).logits.argmax(-1).cpu().numpy()
-            for row, k in enumerate(batch):
-                previous = None
-                for pos, word in enumerate(enc.word_ids(row)):
-                    if word is not None and word != previous:
-                        out[k][word] = attack._labels[best[row, pos]]
-                    previous = word
+            width = int(lengths[start:start + batch_size].max())
+            batch = {key: to_device(v[start:start + batch_size, :width], ctx.device) for key, v in inputs.items()}
+            best.append(attack._model(**batch).logits.argmax(-1))
+        best = [b.cpu().numpy() for b in best]
+    for row, k in enumerate(order):
+        for pos, word in first[row]:
+            out[k][word] = attack._labels[best[row // batch_size][row % batch_size, pos]]
     return out
 
 
-#: Fewer steps on CPU, so a larger learning rate; the paper profile keeps the defaults (all of
-#: CoNLL-2003's training sentences, 3 epochs, lr 5e-5, embeddings trained).
-__all__ = ["CODE_VERSION", "length_batches", "predict_tags", "token_classifier", "train_token_classifier"]
+__all__ = ["CODE_VERSION", "encode_words", "length_batches", "predict_tags", "token_classifier",
+           "train_token_classifier"]

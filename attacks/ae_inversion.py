@@ -69,11 +69,10 @@ class AEInversionAttack(LearnedTokenInversion):
         out = np.repeat(self._prior[None, :], units.source.size, axis=0).astype(np.float32)
         if units.aligned.any():
             x = ((feats[units.source[units.aligned]] - self._mean) / self._std).astype(np.float32)
-            rec = np.empty((len(x), out.shape[1]), dtype=np.float32)
-            with torch.inference_mode():
-                for s in range(0, len(x), _BATCH):
-                    rec[s:s + _BATCH] = self._net(torch.as_tensor(x[s:s + _BATCH], device=device)).float().cpu().numpy()
-            out[units.aligned] = rec
+            with torch.inference_mode():  # every chunk queued on the device, the result read once
+                x = torch.as_tensor(x, device=device)
+                rec = torch.cat([self._net(x[s:s + _BATCH]).float() for s in range(0, len(x), _BATCH)])
+            out[units.aligned] = rec.cpu().numpy()
         return out
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> AEInversionAttack:

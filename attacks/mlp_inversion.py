@@ -138,12 +138,13 @@ class MLPInversionAttack(LearnedTokenInversion):
         """Rows of the ``k`` most probable classes per input (best first)."""
         import torch  # lazy (torch)
 
-        out = np.empty((len(x), k), dtype=np.int64)
-        with torch.inference_mode():
-            for s in range(0, len(x), _PREDICT_BATCH):
-                logits = self._net(torch.as_tensor(x[s:s + _PREDICT_BATCH], device=device))
-                out[s:s + _PREDICT_BATCH] = torch.topk(logits, k, dim=1).indices.cpu().numpy()
-        return self._class_rows[out]
+        if not len(x):
+            return self._class_rows[np.empty((0, k), dtype=np.int64)]
+        with torch.inference_mode():  # every chunk queued on the device, the result read once
+            x = torch.as_tensor(x, device=device)
+            out = torch.cat([torch.topk(self._net(x[s:s + _PREDICT_BATCH]), k, dim=1).indices
+                             for s in range(0, len(x), _PREDICT_BATCH)])
+        return self._class_rows[out.cpu().numpy()]
 
     def _guesses(self, views: Sequence[TokenView], units: Units, ctx: RunContext, k: int) -> np.ndarray:
         """Top-``k`` guessed rows per unit; ``-1`` for units without a released counterpart."""

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from rapt_audit.encoder.models import one_thread
-from rapt_audit.utility.training import Epochs, fit, shuffled_even, supervised_loss
+from rapt_audit.utility.training import DeviceSum, Epochs, fit, shuffled_even, supervised_loss, to_device
 
 
 class _ReverseGradient(torch.autograd.Function):
@@ -33,6 +33,11 @@ class _ReverseGradient(torch.autograd.Function):
 def reverse_gradient(x: torch.Tensor, weight: float) -> torch.Tensor:
     """``x`` unchanged, but gradients flowing back through it are multiplied by ``-weight``."""
     return _ReverseGradient.apply(x, float(weight))
+
+
+def _positions(mask: np.ndarray, device: str) -> torch.Tensor | slice:
+    """Rows of a batch where the host-side ``mask`` holds: all of them as a slice (no copy), else their positions."""
+    return slice(None) if mask.all() else to_device(np.flatnonzero(mask), device)
 
 
 def mlp(in_dim: int, hidden: int, out_dim: int, dropout: float) -> nn.Sequential:
@@ -86,18 +91,15 @@ def fit_classifier(x: np.ndarray, y: np.ndarray, *, n_classes: int, hidden: int 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     batch_loss = supervised_loss(model, np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.int64),
                                  nn.functional.cross_entropy, device=device)
-    total = 0.0  # this epoch's summed loss
+    total = DeviceSum(["loss"], device)  # this epoch's summed loss, read once per epoch
 
     def loss(idx: np.ndarray) -> torch.Tensor:
-        nonlocal total
         value = batch_loss(idx)
-        total += float(value.detach()) * len(idx)
+        total.add("loss", value, len(idx))
         return value
 
     def mean_loss(_epoch: int) -> float:
-        nonlocal total
-        mean, total = total / len(x), 0.0
-        return mean
+        return total.read()["loss"] / len(x)
 
     with one_thread(device):
         outcome = fit(model, loss=loss, batches=shuffled_even(len(x), batch_size, rng=order_rng), optimizer=optimizer,
@@ -153,37 +155,43 @@ def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *
     groups += [{"params": task_head.parameters(), "lr": lr}] if task_head is not None else []
     groups += [{"params": adversary_head.parameters(), "lr": adversary_lr}] if adversary_head is not None else []
     optimizer = torch.optim.Adam(groups)
+    labels, attributes = np.asarray(labels, dtype=np.int64), np.asarray(attributes, dtype=np.int64)
     xt = torch.as_tensor(np.asarray(pooled, dtype=np.float32), device=device)
-    yt = torch.as_tensor(np.asarray(labels, dtype=np.int64), device=device)
-    at = torch.as_tensor(np.asarray(attributes, dtype=np.int64), device=device)
+    yt, at = torch.as_tensor(labels, device=device), torch.as_tensor(attributes, device=device)
     model = CapeModel(projection, task_head, adversary_head)
-    sums = dict.fromkeys(("task_loss", "adversary_loss", "adversary_correct", "adversary_seen"), 0.0)  # per epoch
+    # Per-epoch sums stay on the device; which rows have a label or an attribute is read from the host
+    # arrays, so a step never waits for the device (a boolean mask on a CUDA tensor would).
+    sums = DeviceSum(("task_loss", "adversary_loss", "adversary_correct"), device)
+    seen = 0  # attribute-labelled rows this epoch
 
     def loss(idx: np.ndarray) -> torch.Tensor | None:
-        r = minmax_torch(projection(xt[idx]))
+        nonlocal seen
+        rows = to_device(idx, device)
+        r = minmax_torch(projection(xt[rows]))
         noisy = r + laplace_like(r, noise_scale, generator)
         total = torch.zeros((), device=device)
-        has_label, has_attr = yt[idx] >= 0, at[idx] >= 0
-        if task_head is not None and bool(has_label.any()):
-            task_loss = nn.functional.cross_entropy(task_head(noisy[has_label]), yt[idx][has_label])
+        has_label, has_attr = labels[idx] >= 0, attributes[idx] >= 0
+        if task_head is not None and has_label.any():
+            keep = _positions(has_label, device)
+            task_loss = nn.functional.cross_entropy(task_head(noisy[keep]), yt[rows][keep])
             total = total + task_loss
-            sums["task_loss"] += float(task_loss.detach()) * int(has_label.sum())
-        if adversary_head is not None and bool(has_attr.any()):
-            logits = adversary_head(reverse_gradient(noisy[has_attr], adversary_weight))
-            adv_loss = nn.functional.cross_entropy(logits, at[idx][has_attr])
+            sums.add("task_loss", task_loss, int(has_label.sum()))
+        if adversary_head is not None and has_attr.any():
+            keep = _positions(has_attr, device)
+            logits = adversary_head(reverse_gradient(noisy[keep], adversary_weight))
+            adv_loss = nn.functional.cross_entropy(logits, at[rows][keep])
             total = total + adv_loss
-            sums["adversary_loss"] += float(adv_loss.detach()) * int(has_attr.sum())
-            sums["adversary_correct"] += float((logits.argmax(1) == at[idx][has_attr]).sum())
-            sums["adversary_seen"] += int(has_attr.sum())
+            sums.add("adversary_loss", adv_loss, int(has_attr.sum()))
+            sums.add("adversary_correct", (logits.argmax(1) == at[rows][keep]).sum())
+            seen += int(has_attr.sum())
         return total if total.requires_grad else None  # a batch with neither label nor attribute: no step
 
     def epoch_record(_epoch: int) -> dict[str, float]:
-        seen = max(sums["adversary_seen"], 1.0)
-        record = {"task_loss": sums["task_loss"] / max(int((yt >= 0).sum()), 1),
-                  "adversary_loss": sums["adversary_loss"] / seen,
-                  "adversary_train_accuracy": sums["adversary_correct"] / seen}
-        sums.update(dict.fromkeys(sums, 0.0))
-        return record
+        nonlocal seen
+        totals, n_seen, seen = sums.read(), max(seen, 1.0), 0
+        return {"task_loss": totals["task_loss"] / max(int((labels >= 0).sum()), 1),
+                "adversary_loss": totals["adversary_loss"] / n_seen,
+                "adversary_train_accuracy": totals["adversary_correct"] / n_seen}
 
     parts = nn.ModuleList([m for m in (projection, task_head, adversary_head) if m is not None])
     with one_thread(device):

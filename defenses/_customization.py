@@ -11,7 +11,7 @@ validation split of the training texts), then
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Mapping, Sequence
+from typing import Annotated, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -47,6 +47,8 @@ class Customized(CheckedParams):
             :data:`rapt_audit.utility.selection.LR_GRIDS` at ``paper``, the profile's one value otherwise).
         patience: Epochs without a better validation accuracy before training stops (None: the profile's).
         batch_size, max_length, virtual_tokens: Training settings (None: the profile's).
+        precision: ``fp32`` or ``bf16`` (mixed precision on the model's device; None: fp32, the default
+            until bf16 is measured against it on a GPU).
     """
 
     method: Annotated[str, Check(check_text_method)] = "bow"
@@ -57,6 +59,7 @@ class Customized(CheckedParams):
     batch_size: int | None = None
     max_length: int | None = None
     virtual_tokens: int | None = None
+    precision: Literal["fp32", "bf16"] | None = None
     _training: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -68,7 +71,7 @@ class Customized(CheckedParams):
     def training_overrides(self) -> dict[str, Any]:
         """The customization settings the user set explicitly (None means the profile default)."""
         return {"epochs": self.epochs, "lr": self.lr, "batch_size": self.batch_size, "max_length": self.max_length,
-                "virtual_tokens": self.virtual_tokens, "patience": self.patience}
+                "virtual_tokens": self.virtual_tokens, "patience": self.patience, "precision": self.precision}
 
     def check_customization(self, ctx: RunContext, *, plain: PlainTokens | None = None) -> None:
         """Resolve the settings and the grid and check the input fits the model, before any other work."""

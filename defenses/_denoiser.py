@@ -23,7 +23,7 @@ from torch import nn
 
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import dchi_noise
-from rapt_audit.utility.training import EarlyStopping, fit
+from rapt_audit.utility.training import EarlyStopping, fit, to_device
 
 
 def clip_rows(x: np.ndarray, bound: float) -> np.ndarray:
@@ -90,28 +90,48 @@ class DenoiseBatch:
     clean: np.ndarray | None = None    # (n, d) clean outputs e_c (training and evaluation only)
 
 
-def _pad(batch: DenoiseBatch, idx: np.ndarray, max_tokens: int, device: str) -> tuple[torch.Tensor, ...]:
-    length = max(1, max(min(len(batch.tokens[i]), max_tokens) for i in idx))
-    d = batch.output.shape[1]
-    tokens = np.zeros((len(idx), length, d), dtype=np.float32)
-    noise = np.zeros_like(tokens)
-    mask = np.zeros((len(idx), length), dtype=bool)
-    for row, i in enumerate(idx):
-        n = min(len(batch.tokens[i]), max_tokens)
-        tokens[row, :n], noise[row, :n], mask[row, :n] = batch.tokens[i][:n], batch.noise[i][:n], True
-    as_t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-    return as_t(batch.output[idx].astype(np.float32)), as_t(tokens), as_t(noise), as_t(mask)
+class _Padded:
+    """A :class:`DenoiseBatch` on the device, padded batch by batch without copying vectors at each step.
+
+    The per-text uploads and noise (each cut to ``max_tokens``) are stacked once into one tensor
+    each, with a zero row at the end; a batch is right-padded to its longest text by gathering rows
+    (padding reads the zero row), which gives exactly the tensors the per-batch numpy padding gave.
+    Only the batch's row indices travel from the host, without a device synchronisation.
+    """
+
+    def __init__(self, batch: DenoiseBatch, max_tokens: int, device: str) -> None:
+        d = batch.output.shape[1]
+        self.device = device
+        self.lengths = np.array([min(len(t), max_tokens) for t in batch.tokens], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        self.pad_row = int(self.lengths.sum())
+
+        def stack(seqs: Sequence[np.ndarray]) -> torch.Tensor:
+            rows = [np.asarray(s[:n], dtype=np.float32).reshape(n, d) for s, n in zip(seqs, self.lengths)]
+            return torch.as_tensor(np.concatenate(rows + [np.zeros((1, d), np.float32)]), device=device)
+
+        self.tokens, self.noise = stack(batch.tokens), stack(batch.noise)
+        self.output = torch.as_tensor(np.asarray(batch.output, dtype=np.float32), device=device)
+
+    def __call__(self, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """``(output, tokens, noise, mask)`` of the texts ``idx``: ``(B, d)``, ``(B, L, d)`` twice, ``(B, L)``."""
+        lengths = self.lengths[idx]
+        positions = np.arange(max(1, int(lengths.max(initial=0))))
+        mask = positions[None, :] < lengths[:, None]
+        rows = to_device(np.where(mask, self.starts[idx][:, None] + positions[None, :], self.pad_row), self.device)
+        return (self.output[to_device(idx, self.device)], self.tokens[rows], self.noise[rows],
+                to_device(mask, self.device))
 
 
 def denoise(model: Denoiser, batch: DenoiseBatch, *, device: str = "cpu", batch_size: int = 64) -> np.ndarray:
     """Apply a trained denoiser: ``(n, d)`` float32 denoised embeddings."""
     model.eval()
-    out = np.empty_like(batch.output, dtype=np.float32)
+    padded = _Padded(batch, model.max_tokens, device)
     with torch.no_grad(), one_thread(device):
-        for start in range(0, len(batch.output), batch_size):
-            idx = np.arange(start, min(start + batch_size, len(batch.output)))
-            out[idx] = model(*_pad(batch, idx, model.max_tokens, device)).cpu().numpy()
-    return out
+        # Every batch is queued before the result is read (once, at the end).
+        out = [model(*padded(np.arange(start, min(start + batch_size, len(batch.output)))))
+               for start in range(0, len(batch.output), batch_size)]
+    return torch.cat(out).cpu().numpy() if out else np.empty_like(batch.output, dtype=np.float32)
 
 
 @dataclass
@@ -159,8 +179,10 @@ def train_denoiser(train: DenoiseBatch, valid: DenoiseBatch, *, d_model: int, he
         chunks = np.array_split(order, max(1, math.ceil(len(order) / batch_size)))
         return [chunks[c] for c in order_rng.permutation(len(chunks))]
 
+    padded = _Padded(train, max_tokens, device)
+
     def loss(idx: np.ndarray) -> torch.Tensor:
-        return nn.functional.mse_loss(model(*_pad(train, idx, max_tokens, device)), target[idx])
+        return nn.functional.mse_loss(model(*padded(idx)), target[to_device(idx, device)])
 
     def valid_mse(model: Denoiser) -> float:
         return float(mse_rows(denoise(model, valid, device=device), valid.clean).mean())

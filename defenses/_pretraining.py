@@ -37,8 +37,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Parameters of a text defense that shape the service's training, not the mechanism (left out of the
 #: pretraining cache key: a cell that changes only these reuses the adapted encoder).
-TRAINING_PARAMETERS = frozenset({"method", "epochs", "lr", "batch_size", "max_length", "virtual_tokens", "eta",
-                                 "replacement", "rec_hidden", "rec_weight", "reconstruction"})
+TRAINING_PARAMETERS = frozenset({"method", "epochs", "lr", "lr_grid", "patience", "batch_size", "max_length",
+                                 "virtual_tokens", "precision", "eta", "replacement", "rec_hidden", "rec_weight",
+                                 "reconstruction"})
 
 _NOT_APPLICABLE = ("privacy-adaptive pretraining (Qu et al., CIKM 2021) adapts the service's language model to "
                    "privatized text by masked-language modelling, and this defense releases vectors, not text, so "

@@ -25,10 +25,9 @@ from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, PositiveInt
 from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.data.public import public_corpus
+from rapt_audit.mechanisms.analyses import text_entities
 from rapt_audit.mechanisms.calibration import ReplacementCount, check_target, find_eta
-from rapt_audit.mechanisms.engines import tagger
 from rapt_audit.mechanisms.noise import check_eta
-from rapt_audit.mechanisms.pos import entity_mentions
 from rapt_audit.mechanisms.privatize import check_text
 from rapt_audit.mechanisms.verbatim import verbatim_summary
 from rapt_audit.pipeline.context import RunContext
@@ -49,7 +48,7 @@ class TextDefense(Customized):
         eta: dχ privacy parameter (> 0; ``inf`` means no privacy).
         replacement: If set, a target word-replacement probability in (0, 1) that overrides
             ``eta``: η is calibrated on public text at fit time and recorded in the release.
-        method, epochs, lr, lr_grid, patience, batch_size, max_length, virtual_tokens: The service's
+        method, epochs, lr, lr_grid, patience, batch_size, max_length, virtual_tokens, precision: The service's
             customization (:class:`~rapt_audit.defenses._customization.Customized`).
         pretrain: ``none``, or the privacy-adaptive pretraining objective of the service's encoder
             (``vanilla``, ``prob``, ``denoise``); needs a customization method, not ``bow``.
@@ -150,7 +149,7 @@ class TextDefense(Customized):
         meta = {"mechanism": self.name, "eta": "inf" if math.isinf(eta) else eta,
                 "observed_replacement": None if math.isnan(count.rate) else count.rate,
                 "units_perturbed": count.perturbed, "units_dropped": count.dropped,
-                "verbatim": verbatim_summary(originals, texts, count, entities=entity_mentions(tagger(ctx), originals)),
+                "verbatim": verbatim_summary(originals, texts, count, entities=text_entities(ctx, originals)),
                 **self._calibration,
                 **({"customization": self._training} if self._training else {})}
         return Release(uids=[r.uid for r in records], texts=texts, meta=meta)

@@ -24,7 +24,7 @@ class IdentityDefense(Customized):
     rate and epoch on validation data), which gives the no-privacy ceiling of each method.
 
     Attributes:
-        method, epochs, lr, lr_grid, patience, batch_size, max_length, virtual_tokens: The service's
+        method, epochs, lr, lr_grid, patience, batch_size, max_length, virtual_tokens, precision: The service's
             customization (:class:`~rapt_audit.defenses._customization.Customized`).
     """
 

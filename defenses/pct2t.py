@@ -12,8 +12,9 @@ from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.defenses._text import TextDefense
 from rapt_audit.mechanisms.calibration import ReplacementCount
-from rapt_audit.mechanisms.engines import tagger, word_engine
-from rapt_audit.mechanisms.pos import DEFAULT_CATEGORIES, TaggedWord, category_of, resolve_categories, tag_texts
+from rapt_audit.mechanisms.analyses import pos_tags
+from rapt_audit.mechanisms.engines import word_engine
+from rapt_audit.mechanisms.pos import DEFAULT_CATEGORIES, TaggedWord, category_of, resolve_categories
 from rapt_audit.mechanisms.privatize import normalize_word
 from rapt_audit.pipeline.context import RunContext
 
@@ -39,7 +40,7 @@ class PCT2TDefense(TextDefense):
     def privatize_words(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator, ctx: RunContext
                         ) -> tuple[list[list[TaggedWord]], list[list[str]], ReplacementCount]:
         """Tag ``texts`` and return, per text, the tagged words and the released word for each."""
-        tagged = tag_texts(tagger(ctx), texts)
+        tagged = pos_tags(ctx, texts)
         selected = set(self.categories)
         words, groups, where = [], [], []
         passed: Counter[str] = Counter()  # words released in the clear, by category

@@ -20,10 +20,10 @@ from rapt_audit.utility.customize import (
     PlainTokens,
     TrainSettings,
     build_task_model,
-    encode,
     resolve_settings,
     train_classifier,
 )
+from rapt_audit.utility.on_device import tokenize
 
 load()
 
@@ -62,7 +62,8 @@ def test_plain_hidden_states_feed_the_head_and_the_head_gets_gradients(minilm):
     import torch
 
     model = build_task_model(minilm, _settings("prompt"), 2, rec_vocabulary=50)
-    batch = encode(minilm.tokenizer, _with_plain(TEXTS[:3]), plain_count=len(PLAIN), max_length=16, device="cpu")
+    batch = tokenize(minilm.tokenizer, _with_plain(TEXTS[:3]), plain_count=len(PLAIN), max_length=16,
+                     device="cpu").batch(np.arange(3))
     # Each plain word is one token, right after [CLS]; the task head must not see them.
     assert batch["plain_positions"][0].tolist() == list(range(1, len(PLAIN) + 1))
     assert batch["task_mask"][0, 1:len(PLAIN) + 1].sum() == 0 and batch["task_mask"][0, 0] == 1
@@ -83,7 +84,8 @@ def test_method_trains_its_own_parameters_only(minilm, method):
     import torch
 
     model = build_task_model(minilm, _settings(method), 2, rec_vocabulary=50)
-    batch = encode(minilm.tokenizer, _with_plain(TEXTS[:4]), plain_count=len(PLAIN), max_length=16, device="cpu")
+    batch = tokenize(minilm.tokenizer, _with_plain(TEXTS[:4]), plain_count=len(PLAIN), max_length=16,
+                     device="cpu").batch(np.arange(4))
     logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
                                batch["plain_positions"])
     loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(LABELS[:4]))

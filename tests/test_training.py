@@ -9,12 +9,14 @@ torch = pytest.importorskip("torch")
 
 from rapt_audit.encoder.models import one_thread  # noqa: E402
 from rapt_audit.utility.training import (  # noqa: E402
+    DeviceSum,
     EarlyStopping,
     Epochs,
     fit,
     shuffled,
     shuffled_even,
     supervised_loss,
+    to_device,
 )
 
 
@@ -164,3 +166,23 @@ def test_one_thread_with_a_seed_draws_from_the_seed_and_restores_the_global_stat
     assert torch.equal(torch.rand(3), expected_next)  # the caller's generator is untouched
     with one_thread("cpu", seed=5):
         assert torch.equal(torch.rand(3), inside)
+
+
+def test_device_sums_equal_python_float_sums_and_restart_after_each_read():
+    rng = np.random.default_rng(0)
+    values = torch.as_tensor(rng.normal(size=50).astype(np.float32))
+    weights = rng.integers(1, 64, size=50)
+    sums = DeviceSum(["loss", "count"], "cpu")
+    expected = 0.0
+    for value, weight in zip(values, weights):
+        sums.add("loss", value, int(weight))
+        sums.add("count", torch.tensor(2), 1)
+        expected += float(value) * int(weight)  # what a per-step float() read summed
+    assert sums.read() == {"loss": expected, "count": 100.0}
+    assert sums.read() == {"loss": 0.0, "count": 0.0}
+
+
+def test_to_device_on_cpu_is_the_array_itself():
+    idx = np.array([4, 1, 2])
+    moved = to_device(idx, "cpu")
+    assert moved.tolist() == [4, 1, 2] and moved.data_ptr() == idx.__array_interface__["data"][0]

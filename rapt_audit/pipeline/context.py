@@ -57,6 +57,11 @@ class RunContext:
         cache_dir: Where expensive intermediate results are cached on disk.
         progress: Whether to show progress bars.
         data_dir: The configured data directory (``None``: ``$RAPT_AUDIT_DATA`` or none).
+        cold_queries: Queries each nearest-neighbour index answers with numpy before it loads torch
+            (:class:`~rapt_audit.mechanisms.nn_search.NearestNeighbourIndex`); 0 in an audit, where
+            torch is loaded anyway, more on the user's side (:class:`~rapt_audit.pipeline.user_side.Privatizer`).
+        cache_analyses: Whether spaCy's analyses of clean texts are stored on disk for later runs
+            (:mod:`rapt_audit.mechanisms.analyses`): an audit's choice; never on the user's side.
     """
 
     seed: int = 0
@@ -66,6 +71,8 @@ class RunContext:
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "rapt-audit")
     progress: bool = False
     data_dir: str | None = None
+    cold_queries: int = 0
+    cache_analyses: bool = False
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     def seed_for(self, *key: object) -> int:

@@ -38,6 +38,7 @@ from rapt_audit.encoder.models import model_fingerprint, resolve_device
 from rapt_audit.pipeline.cache import cached_defense
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
 from rapt_audit.pipeline.context import RunContext, default_cache_dir, derive_seed
+from rapt_audit.pipeline.gpu_usage import GpuMonitor, monitor as gpu_monitor
 from rapt_audit.pipeline.results import (
     RESULT_FILE,
     SYNTHETIC_WARNING,
@@ -209,11 +210,19 @@ def _execute(checked: Plan, *, say: Log, progress: bool) -> RunResult:
 def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
     """Run a checked plan: fit, utility, release, attacks; return the result (nothing written)."""
     config = checked.config
+    ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
+                     model=config.model, cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir,
+                     cache_analyses=config.release_cache)
+    # Samples the GPU of a CUDA run per stage (env.gpu); stopped however the run ends.
+    with gpu_monitor(ctx.device) as gpu:
+        return _measure_stages(checked, ctx, gpu, say=say)
+
+
+def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log) -> RunResult:
+    """:func:`_measure`'s stages, each timed and its GPU use attributed to it by ``gpu``."""
+    config = checked.config
     started, clock = datetime.now(timezone.utc), time.perf_counter()
     timings: dict[str, float] = {}
-
-    ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
-                     model=config.model, cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir)
     dataset, splits = checked.dataset, checked.splits
     warnings = [SYNTHETIC_WARNING] if dataset.synthetic else []
     say(f"dataset {dataset.name}: " + ", ".join(f"{k}={v}" for k, v in splits.sizes().items()))
@@ -221,13 +230,14 @@ def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
     def timed(stage: str, fn: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
         bar.set_description(stage)
-        value = fn()
+        with gpu.stage(stage):
+            value = fn()
         timings[stage] = round(time.perf_counter() - t0, 3)
         return value
 
     defense = checked.defense
     steps = 3 + len(checked.attacks)
-    bar = _progress_bar(steps, enabled=progress)
+    bar = _progress_bar(steps, enabled=ctx.progress)
     say(f"fitting defense {config.defense}")
     timed("defense.fit", lambda: defense.fit(splits.victim_train, ctx=ctx))
     bar.update(1)
@@ -263,7 +273,7 @@ def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
                 "model_fingerprint": model_fingerprint(config.model, cache_dir=ctx.cache_dir),
                 "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
-                "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings,
+                "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings, "gpu": gpu.summary(),
                 "release_cache": {"victim_test": victim_release, **cached.report()}})
     attack_settings = {n: get_params(a) for n, a in checked.attacks.items()}
     result = RunResult(

@@ -65,10 +65,56 @@ def provenance_html(group: Group, base: Path) -> str:
             f"<td>{e(str(env.get('started_at', '?')))}</td>"
             f"<td class='num'>{e(str(env.get('wall_time_s', '?')))}</td></tr>")
     common = f"<p class='note'>Every run: {e(lines.pop())}.</p>" if shared else ""
+    gpu = "".join(gpu_use_html(relative_path(item.path, base), item.result.env) for _, item in items)
     return ("<h3>Provenance</h3>" + common + "<table class='prov'><thead><tr><th>result file</th><th>setting</th>"
             "<th>cell</th><th>seed</th><th>git sha</th>" + ("" if shared else "<th>versions</th>") +
             "<th>device</th><th>model</th><th>data</th><th>started (UTC)</th><th>wall s</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            f"<tbody>{''.join(rows)}</tbody></table>{gpu}")
+
+
+def gpu_use_html(label: str, env: dict[str, Any]) -> str:
+    """One run's GPU use per stage (``env.gpu``, :mod:`rapt_audit.pipeline.gpu_usage`), collapsed under a summary line.
+
+    Each stage's wall time beside its samples' mean utilisation, busy share (samples above 0 %) and peak memory,
+    then the whole run. Nothing for a CPU run or a result written before GPU use was recorded; a source that
+    failed is named.
+    """
+    gpu = env.get("gpu")
+    stages = gpu.get("stages") if isinstance(gpu, dict) else None
+    if not isinstance(stages, dict) or not (stages or gpu.get("sampled") is True):
+        return ""
+    timings = env.get("timings_s") if isinstance(env.get("timings_s"), dict) else {}
+    rows = [_gpu_row(e(str(name)), timings.get(name), stages.get(name)) for name in {**timings, **stages}]
+    rows.append(_gpu_row("<b>whole run</b>", env.get("wall_time_s"), gpu))
+    interval = _number(gpu.get("interval_s"))
+    if gpu.get("sampled") is True and interval:
+        use = (f" ({e(str(gpu.get('source')))} every {interval:g} s): mean utilisation "
+               f"{_shown(gpu.get('utilization_mean_pct'), '.1f')} %, busy in {_shown(gpu.get('busy_share'), '.0%')} "
+               "of samples")
+    else:
+        use = " (utilisation not sampled)"
+    error = f" <span class='tag warn'>{e(str(gpu['error']))}</span>" if gpu.get("error") else ""
+    return (f"<details><summary>GPU use of <code>{e(label)}</code>: {e(str(gpu.get('name') or '?'))}{use}{error}"
+            "</summary><table class='prov'><thead><tr>"
+            "<th>stage</th><th>wall s</th><th>samples</th><th>mean GPU utilisation %</th><th>busy share</th>"
+            "<th>peak memory used MiB</th><th>torch peak allocated MiB</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></details>")
+
+
+def _gpu_row(stage_html: str, wall: Any, figures: Any) -> str:
+    figures = figures if isinstance(figures, dict) else {}
+    cells = [(wall, ".3f"), (figures.get("samples"), "d"), (figures.get("utilization_mean_pct"), ".1f"),
+             (figures.get("busy_share"), ".0%"), (figures.get("memory_used_peak_mib"), ".0f"),
+             (figures.get("torch_peak_allocated_mib"), ".0f")]
+    return f"<tr><td>{stage_html}</td>" + "".join(f"<td class='num'>{_shown(v, f)}</td>" for v, f in cells) + "</tr>"
+
+
+def _shown(value: Any, spec: str) -> str:
+    """A number from a result file as ``spec`` formats it, or – where it is missing or not a number."""
+    number = _number(value)
+    if number is None:
+        return "–"
+    return format(int(number) if spec == "d" else number, spec)
 
 
 def pretraining_note(group: Group) -> str:
@@ -147,4 +193,4 @@ def _versions_line(env: dict[str, Any]) -> str:
     return f"{versions}; Python {env.get('python', '?')} on {env.get('platform', '?')}"
 
 
-__all__ = ["pretraining_note", "provenance_html", "selection_note", "warnings_html"]
+__all__ = ["gpu_use_html", "pretraining_note", "provenance_html", "selection_note", "warnings_html"]

@@ -32,7 +32,8 @@ import numpy as np
 
 from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
 from rapt_audit.api.registry import closest
-from rapt_audit.utility.training import Diverged, EarlyStopping, Epochs, fit, shuffled
+from rapt_audit.utility.on_device import FirstNonFinite, Tokenized, autocast, check_precision, tokenize
+from rapt_audit.utility.training import DeviceSum, Diverged, EarlyStopping, Epochs, fit, shuffled
 
 #: The customization methods, in the order the paper reports them.
 METHODS = ("prompt", "prefix", "lora", "full")
@@ -61,6 +62,11 @@ PROFILE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
 
 LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05  # RAPT / REFERENCE.md LoRA setting
 
+#: Steps between reads of the device's "a loss was not finite" flag (also read at each epoch's end).
+DIVERGENCE_CHECK_STEPS = 50
+#: Prediction batch: this many texts, or 2× the training batch when larger (no gradients, less memory).
+EVAL_BATCH_MIN = 64
+
 
 def check_method(name: str) -> str:
     """Return ``name`` if it is a customization method, else raise an error listing them."""
@@ -78,6 +84,7 @@ class TrainSettings:
 
     ``epochs`` is the maximum under early stopping (the exact count without a validation split);
     ``patience`` is how many epochs without a better validation accuracy stop training.
+    ``precision`` is ``fp32`` or ``bf16`` (mixed precision, :func:`rapt_audit.utility.on_device.autocast`).
     """
 
     method: str
@@ -92,6 +99,7 @@ class TrainSettings:
     lora_dropout: float = LORA_DROPOUT
     rec_hidden: int = 96
     rec_weight: float = 1.0
+    precision: str = "fp32"  # the default until bf16 is measured against fp32 on a GPU (issue #12)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -123,6 +131,7 @@ def resolve_settings(method: str, profile: str, overrides: Mapping[str, Any] | N
         raise UsageError(f"lr must be a finite number > 0, got {settings.lr}")
     if not 0 <= settings.lora_dropout < 1:
         raise UsageError(f"lora_dropout must be in [0, 1), got {settings.lora_dropout}")
+    check_precision(settings.precision)
     return settings
 
 
@@ -222,36 +231,6 @@ def build_task_model(loaded: Any, settings: TrainSettings, n_labels: int, *, rec
                        rec_hidden=settings.rec_hidden).to(loaded.device)
 
 
-def encode(tokenizer: Any, texts: Sequence[str], *, plain_count: int, max_length: int, device: str) -> dict[str, Any]:
-    """Tokenize a batch; locate the m plain tokens (the first m words) and the task-head positions.
-
-    Returns ``input_ids``, ``attention_mask``, ``task_mask`` (attended positions that are not plain
-    tokens) and, when ``plain_count`` > 0, ``plain_positions`` ``(batch, m)`` — each plain word's first
-    sub-token.
-    """
-    import torch  # lazy (torch)
-
-    batch = tokenizer(list(texts), truncation=True, max_length=max_length + plain_count + 2, padding=True,
-                      return_tensors="pt")
-    out = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
-    task_mask = batch["attention_mask"].clone()
-    if plain_count:
-        positions = torch.zeros(len(texts), plain_count, dtype=torch.long)
-        for row in range(len(texts)):
-            first: dict[int, int] = {}
-            for position, word in enumerate(batch.word_ids(row)):
-                if word is not None and word < plain_count and word not in first:
-                    first[word] = position
-            if len(first) != plain_count:
-                raise DataError(f"text {row} of the batch does not start with {plain_count} plain words "
-                                f"(found {len(first)}): {texts[row][:80]!r}")
-            positions[row] = torch.tensor([first[i] for i in range(plain_count)])
-            task_mask[row, positions[row]] = 0
-        out["plain_positions"] = positions.to(device)
-    out["task_mask"] = task_mask.to(device)
-    return out
-
-
 @dataclass
 class TrainedClassifier:
     """A customized task model, its settings and its training history.
@@ -268,32 +247,41 @@ class TrainedClassifier:
     history: list[dict[str, float]] = field(default_factory=list)
     best_epoch: int = 0
 
-    def predict_proba(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
-        """Class probabilities for privatized ``texts`` (eval mode, no reconstruction head needed)."""
+    def predict_proba(self, texts: Sequence[str] | Tokenized, *, batch_size: int | None = None) -> np.ndarray:
+        """Class probabilities for privatized ``texts`` (eval mode, no reconstruction head needed).
+
+        ``texts`` are tokenized once (or come tokenized); batches of similar length run on the device
+        and the probabilities are read back once. ``batch_size``: None is ``max(64, 2 × training batch)``.
+        """
         import torch  # lazy (torch)
 
         self.model.eval()
-        order = np.argsort([len(t) for t in texts])
-        out = np.zeros((len(texts), self.model.task_head.out_features), dtype=np.float32)
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start:start + batch_size]
-                batch = encode(self.tokenizer, [texts[i] for i in idx], plain_count=self.plain_count,
-                               max_length=self.settings.max_length, device=self.device)
+        n_labels = self.model.task_head.out_features
+        if len(texts) == 0:
+            return np.zeros((0, n_labels), dtype=np.float32)
+        tokens = tokenize(self.tokenizer, texts, plain_count=self.plain_count, max_length=self.settings.max_length,
+                          device=self.device)
+        size = batch_size or max(EVAL_BATCH_MIN, 2 * self.settings.batch_size)
+        order = np.argsort(tokens.chars)
+        out = torch.zeros((len(tokens), n_labels), dtype=torch.float32, device=self.device)
+        with torch.inference_mode(), autocast(self.device, self.settings.precision):
+            for start in range(0, len(order), size):
+                batch = tokens.batch(order[start:start + size])
                 logits, _ = self.model(batch["input_ids"], batch["attention_mask"], batch["task_mask"])
-                out[idx] = torch.softmax(logits.float(), -1).cpu().numpy()
-        return out
+                out[batch["rows"]] = torch.softmax(logits.float(), -1)
+        return out.cpu().numpy()
 
 
-def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, settings: TrainSettings, *,
-                     n_labels: int, seed: int, plain: PlainTokens | None = None, reconstruction: bool = True,
-                     validation: tuple[Sequence[str], np.ndarray] | None = None,
+def train_classifier(loaded: Any, texts: Sequence[str] | Tokenized, labels: np.ndarray, settings: TrainSettings,
+                     *, n_labels: int, seed: int, plain: PlainTokens | None = None, reconstruction: bool = True,
+                     validation: tuple[Sequence[str] | Tokenized, np.ndarray] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> TrainedClassifier:
     """Customize ``loaded``'s encoder on privatized ``texts`` and return the task model.
 
     Args:
         loaded: The public model (rapt_audit.encoder.models.LoadedModel); it is copied, never modified.
         texts: Privatized training texts; with ``plain``, each starts with the m privatized plain words.
+            Tokenized here, or already (:func:`~rapt_audit.utility.on_device.tokenize`, once per grid).
         labels: Integer task labels in ``0..n_labels-1``.
         settings: Method and hyperparameters (:func:`resolve_settings`).
         n_labels: Number of classes.
@@ -308,7 +296,8 @@ def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
     Raises:
         DataError: empty training split or a label outside ``0..n_labels-1``.
         Diverged: a training loss or a validation prediction became NaN or infinite (its ``history``
-            holds the epochs finished before).
+            holds the epochs finished before). Losses are checked on the device, read every
+            :data:`DIVERGENCE_CHECK_STEPS` steps and at each epoch's end (no synchronisation per step).
     """
     import torch  # lazy (torch)
 
@@ -326,33 +315,46 @@ def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
     optimizer = torch.optim.Adam(trainable, lr=settings.lr)  # RAPT: Adam, no weight decay
     targets = torch.tensor(plain.targets, device=loaded.device) if use_rec else None
     y = torch.as_tensor(labels, device=loaded.device)
-    total, step = settings.epochs * -(-len(texts) // settings.batch_size), 0
-    sums = dict.fromkeys(("task_loss", "rec_loss", "rec_accuracy"), 0.0)  # per epoch, weighted by batch size
+    tokens = tokenize(loaded.tokenizer, texts, plain_count=plain_count, max_length=settings.max_length,
+                      device=loaded.device)
+    if validation is not None:
+        validation = (tokenize(loaded.tokenizer, validation[0], plain_count=plain_count,
+                               max_length=settings.max_length, device=loaded.device), validation[1])
+    total, step = settings.epochs * -(-len(tokens) // settings.batch_size), 0
+    # Per epoch, weighted by batch size, on the device (read once per epoch: no synchronisation per step).
+    sums = DeviceSum(("task_loss", "rec_loss", "rec_accuracy") if use_rec else ("task_loss",), loaded.device)
+    nonfinite = FirstNonFinite(loaded.device)
     records: list[dict[str, float]] = []  # per finished epoch: training statistics
     scores: list[dict[str, float]] = []  # per scored epoch: validation accuracy and loss
 
     def history() -> list[dict[str, float]]:
         return [{**record, **score} for record, score in zip(records, scores)] if validation else list(records)
 
+    def check_finite() -> None:
+        bad = nonfinite.read()
+        if bad is not None:  # the steps on it turned the weights into NaN: this lr is lost
+            raise Diverged(f"the training loss became {bad} in epoch {len(records) + 1} at lr {settings.lr:g}",
+                           epoch=len(records) + 1, history=history())
+
     def loss(idx: np.ndarray) -> torch.Tensor:
-        batch = encode(loaded.tokenizer, [texts[i] for i in idx], plain_count=plain_count,
-                       max_length=settings.max_length, device=loaded.device)
-        logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
-                                   batch.get("plain_positions"))
-        task_loss = torch.nn.functional.cross_entropy(logits, y[idx])
-        value = task_loss
-        sums["task_loss"] += float(task_loss.detach()) * len(idx)
-        if rec_logits is not None:
-            flat = rec_logits.reshape(-1, rec_logits.shape[-1])
-            expected = targets.repeat(len(idx))
-            # Eq. 6 sums over the m plain tokens; averaged over the examples of the batch.
-            rec_loss = torch.nn.functional.cross_entropy(flat, expected, reduction="sum") / len(idx)
-            sums["rec_loss"] += float(rec_loss.detach()) * len(idx)
-            sums["rec_accuracy"] += float((flat.argmax(-1) == expected).float().mean()) * len(idx)
-            value = task_loss + settings.rec_weight * rec_loss
-        if not bool(torch.isfinite(value.detach())):  # a step on it would turn every weight into NaN
-            raise Diverged(f"the training loss became {float(value.detach())} in epoch {len(records) + 1} at lr "
-                           f"{settings.lr:g}", epoch=len(records) + 1, history=history())
+        batch = tokens.batch(idx)
+        with autocast(loaded.device, settings.precision):
+            logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
+                                       batch.get("plain_positions"))
+            task_loss = torch.nn.functional.cross_entropy(logits, y[batch["rows"]])
+            value = task_loss
+            sums.add("task_loss", task_loss, len(idx))
+            if rec_logits is not None:
+                flat = rec_logits.reshape(-1, rec_logits.shape[-1])
+                expected = targets.repeat(len(idx))
+                # Eq. 6 sums over the m plain tokens; averaged over the examples of the batch.
+                rec_loss = torch.nn.functional.cross_entropy(flat, expected, reduction="sum") / len(idx)
+                sums.add("rec_loss", rec_loss, len(idx))
+                sums.add("rec_accuracy", (flat.argmax(-1) == expected).float().mean(), len(idx))
+                value = task_loss + settings.rec_weight * rec_loss
+        nonfinite.watch(value)
+        if (step + 1) % DIVERGENCE_CHECK_STEPS == 0:  # ``step`` steps were taken before this one
+            check_finite()
         return value
 
     def advance() -> None:
@@ -362,17 +364,15 @@ def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
             progress(step, total)
 
     def epoch_record(epoch: int) -> dict[str, float]:
-        record = {"epoch": epoch, "task_loss": sums["task_loss"] / len(texts)}
-        if use_rec:
-            record.update(rec_loss=sums["rec_loss"] / len(texts), rec_accuracy=sums["rec_accuracy"] / len(texts))
-        sums.update(dict.fromkeys(sums, 0.0))
+        check_finite()
+        record = {"epoch": epoch, **{name: value / len(tokens) for name, value in sums.read().items()}}
         records.append(record)
         return record
 
     def valid_accuracy(scored: Any) -> float:
         valid_texts, valid_labels = validation
         probabilities = TrainedClassifier(scored, loaded.tokenizer, settings, plain_count,
-                                          loaded.device).predict_proba(list(valid_texts))
+                                          loaded.device).predict_proba(valid_texts)
         if not np.isfinite(probabilities).all():
             raise Diverged(f"validation predictions became NaN in epoch {len(records)} at lr {settings.lr:g}",
                            epoch=len(records), history=history())
@@ -386,7 +386,7 @@ def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
     # earlier epoch (EarlyStopping needs a strict improvement).
     stop = (EarlyStopping(settings.epochs, valid_accuracy, maximize=True, patience=settings.patience)
             if validation is not None else Epochs(settings.epochs))
-    outcome = fit(model, loss=loss, batches=shuffled(len(texts), settings.batch_size, rng=np.random.default_rng(seed)),
+    outcome = fit(model, loss=loss, batches=shuffled(len(tokens), settings.batch_size, rng=np.random.default_rng(seed)),
                   optimizer=optimizer, stop=stop, after_step=advance, end_epoch=epoch_record)
     trained = TrainedClassifier(model, loaded.tokenizer, settings, plain_count, loaded.device, history(),
                                 outcome.best_epoch)
@@ -394,5 +394,5 @@ def train_classifier(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
     return trained
 
 
-__all__ = ["METHODS", "PROFILE_DEFAULTS", "PlainTokens", "TrainSettings", "TrainedClassifier", "build_task_model",
-           "check_method", "check_positions", "encode", "resolve_settings", "train_classifier"]
+__all__ = ["DIVERGENCE_CHECK_STEPS", "EVAL_BATCH_MIN", "METHODS", "PROFILE_DEFAULTS", "PlainTokens", "TrainSettings", "TrainedClassifier", "build_task_model",
+           "check_method", "check_positions", "resolve_settings", "train_classifier"]

@@ -52,6 +52,7 @@ import numpy as np
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.utility.customize import (PROFILE_DEFAULTS, PlainTokens, TrainedClassifier, TrainSettings,
                                           train_classifier)
+from rapt_audit.utility.on_device import tokenize
 from rapt_audit.utility.training import Diverged
 
 #: Share of the training texts held out for validation, and its floor (a 20-example validation split
@@ -209,8 +210,11 @@ def select_and_train(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
     """
     labels = np.asarray(labels, dtype=np.int64)
     train_idx, valid_idx = carve_validation(labels, rng=split_rng)
-    train_texts = [texts[i] for i in train_idx]
-    validation = ([texts[i] for i in valid_idx], labels[valid_idx])
+    # Tokenized once, on the model's device, for every entry of the grid.
+    tokens = tokenize(loaded.tokenizer, texts, plain_count=len(plain.words) if plain is not None else 0,
+                      max_length=settings.max_length, device=loaded.device)
+    train_texts = tokens.take(train_idx)
+    validation = (tokens.take(valid_idx), labels[valid_idx])
     candidates: list[Candidate] = []
     best: TrainedClassifier | None = None
     for lr in grid:

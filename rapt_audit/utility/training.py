@@ -187,13 +187,65 @@ def shuffled_even(n: int, size: int, *, rng: np.random.Generator) -> Batches:
     return lambda: np.array_split(rng.permutation(n), max(1, math.ceil(n / size)))
 
 
+def to_device(array: Any, device: str) -> Any:
+    """A host array (numpy or CPU tensor) as a tensor on ``device``, without waiting for the device.
+
+    A plain host-to-CUDA copy synchronises with the device, so a batch's indices copied that way at
+    every step would stall the queue of GPU work once per step. On CUDA the array goes through pinned
+    memory with a non-blocking copy (torch's pinned-memory cache keeps the buffer alive until the copy
+    is done); on CPU it is the array itself as a tensor (no copy for numpy).
+    """
+    import torch  # lazy (torch)
+
+    tensor = torch.as_tensor(array)
+    if not str(device).startswith("cuda"):
+        return tensor
+    return tensor.contiguous().pin_memory().to(device, non_blocking=True)
+
+
 def supervised_loss(model: Any, x: np.ndarray, y: np.ndarray, criterion: Callable[[Any, Any], Any], *,
                     device: str) -> Callable[[np.ndarray], Any]:
-    """``loss(indices) = criterion(model(x[indices]), y[indices])``, with ``x`` and ``y`` moved to ``device`` once."""
+    """``loss(indices) = criterion(model(x[indices]), y[indices])``, with ``x`` and ``y`` moved to ``device`` once
+    (each batch's indices follow without a device synchronisation, see :func:`to_device`)."""
     import torch  # lazy (torch)
 
     xt, yt = torch.as_tensor(x, device=device), torch.as_tensor(y, device=device)
-    return lambda indices: criterion(model(xt[indices]), yt[indices])
+
+    def loss(indices: np.ndarray) -> Any:
+        rows = to_device(indices, device)
+        return criterion(model(xt[rows]), yt[rows])
+
+    return loss
+
+
+class DeviceSum:
+    """Per-epoch training statistics summed on the device and read once, at the end of the epoch.
+
+    ``float(loss)`` at every step waits for the device; adding the detached value to a float64 tensor
+    on the device does not, and gives the same sum as Python floats (float32 → float64 is exact, and
+    the additions happen in the same order in float64).
+    """
+
+    def __init__(self, names: Iterable[str], device: str) -> None:
+        import torch  # lazy (torch)
+
+        self._zero = lambda: torch.zeros((), dtype=torch.float64, device=device)
+        self._sums = {name: self._zero() for name in names}
+
+    def add(self, name: str, value: Any, weight: Any = 1) -> None:
+        """Add ``value × weight`` (a tensor or a number; ``weight`` a number or a count tensor) to ``name``."""
+        if hasattr(value, "detach"):
+            value = value.detach().double()
+        self._sums[name] = self._sums[name] + value * weight
+
+    def read(self) -> dict[str, float]:
+        """The sums as Python floats (one device synchronisation), then start again from zero."""
+        import torch  # lazy (torch)
+
+        names = list(self._sums)
+        values = torch.stack([self._sums[n] for n in names]).tolist()
+        self._sums = {name: self._zero() for name in names}
+        return dict(zip(names, values))
 
 
 def adam(parameters: Iterable[Any], *, lr: float, weight_decay: float = 0.0, fused: bool = False) -> Any:
@@ -212,5 +264,5 @@ def adam(parameters: Iterable[Any], *, lr: float, weight_decay: float = 0.0, fus
     return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay)
 
 
-__all__ = ["Batches", "Diverged", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit", "shuffled", "shuffled_even",
-           "supervised_loss"]
+__all__ = ["Batches", "DeviceSum", "Diverged", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit", "shuffled",
+           "shuffled_even", "supervised_loss", "to_device"]

@@ -1,0 +1,176 @@
+"""The service's training data kept on the model's device, and its losses checked there.
+
+Issue #12: on an H100 the customization left the GPU mostly idle, because every training step
+re-tokenized its batch on the host and read its losses back (``float(loss)`` waits until the device
+has run every queued kernel). Here each split is tokenized once (:func:`tokenize`), a batch is cut
+from the device tensors by indexing and trimmed to its longest row (:meth:`Tokenized.batch`: the
+same input ids and masks that tokenizing the batch alone with ``padding=True`` gives), and a
+non-finite loss is noticed on the device (:class:`FirstNonFinite`); the epoch's statistics are summed
+there too (:class:`rapt_audit.utility.training.DeviceSum`) and both are read once per epoch.
+
+:func:`autocast` is the opt-in mixed precision of training and prediction (``precision=bf16``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.utility.training import to_device
+
+#: Training precisions: ``fp32``, or ``bf16`` (torch.autocast with bfloat16 on the model's device;
+#: parameters, gradients and optimizer state stay fp32). fp32 is the default until bf16 is measured on
+#: a GPU; on the 2-core CPU (no native bf16) bf16 was 3–4× slower and its SST-2 accuracy (cpu profile,
+#: 600 texts, prompt tuning) .708/.708 against fp32's .718/.724 for seeds 0/1, within the ±4-point noise.
+PRECISIONS = ("fp32", "bf16")
+
+
+def check_precision(value: str) -> str:
+    """Return ``value`` if it is a training precision, else raise a UsageError listing them."""
+    if value not in PRECISIONS:
+        raise UsageError(f"precision must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return value
+
+
+def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
+    """A context in which forward passes run at ``precision`` on ``device`` (fp32: nothing changes)."""
+    if check_precision(precision) == "fp32":
+        return contextlib.nullcontext()
+    import torch  # lazy (torch)
+
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """A split's texts tokenized once, as tensors on the model's device padded to the split's longest text.
+
+    Attributes:
+        input_ids, attention_mask: ``(n, width)`` tensors, as the tokenizer returns them.
+        task_mask: Attended positions that are not plain tokens (the task head's mean reads these).
+        plain_positions: ``(n, m)`` each plain word's first sub-token, or None without plain tokens.
+        lengths: Tokens per text, on the host, so that a batch is trimmed without reading the device.
+        chars: Characters per text (prediction batches texts of similar length together).
+        plain_count, max_length: What the texts were tokenized for.
+    """
+
+    input_ids: Any
+    attention_mask: Any
+    task_mask: Any
+    plain_positions: Any
+    lengths: np.ndarray
+    chars: np.ndarray
+    plain_count: int
+    max_length: int
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def batch(self, idx: np.ndarray) -> dict[str, Any]:
+        """Rows ``idx``, trimmed to their longest row, and ``rows`` (``idx`` as a device tensor).
+
+        Padding is right-aligned, so the trimmed rows equal what tokenizing these texts alone with
+        ``padding=True`` gives: the model sees the same input as a per-batch tokenization.
+        """
+        idx = np.asarray(idx)
+        width = int(self.lengths[idx].max())
+        rows = to_device(idx, self.input_ids.device)  # no synchronisation per batch
+        out = {"rows": rows, "input_ids": self.input_ids[rows, :width],
+               "attention_mask": self.attention_mask[rows, :width], "task_mask": self.task_mask[rows, :width]}
+        if self.plain_positions is not None:
+            out["plain_positions"] = self.plain_positions[rows]
+        return out
+
+    def take(self, idx: np.ndarray) -> Tokenized:
+        """The rows ``idx`` as a split of their own (same padding width; :meth:`batch` trims it)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        rows = to_device(idx, self.input_ids.device)
+        return Tokenized(self.input_ids[rows], self.attention_mask[rows], self.task_mask[rows],
+                         None if self.plain_positions is None else self.plain_positions[rows],
+                         self.lengths[idx], self.chars[idx], self.plain_count, self.max_length)
+
+
+def tokenize(tokenizer: Any, texts: Sequence[str] | Tokenized, *, plain_count: int, max_length: int,
+             device: str) -> Tokenized:
+    """Tokenize ``texts`` once, locating the m plain tokens (the first m words) and the task-head positions.
+
+    ``texts`` already tokenized are returned as they are (after checking they were tokenized for the
+    same ``plain_count`` and ``max_length``).
+
+    Raises:
+        DataError: a text that does not start with ``plain_count`` words.
+        ValueError: ``texts`` tokenized for other settings, or a tokenizer that pads on the left.
+    """
+    if isinstance(texts, Tokenized):
+        if (texts.plain_count, texts.max_length) != (plain_count, max_length):
+            raise ValueError(f"texts tokenized for {texts.plain_count} plain tokens and max_length "
+                             f"{texts.max_length}, not {plain_count} and {max_length}")
+        return texts
+    if getattr(tokenizer, "padding_side", "right") != "right":  # Tokenized.batch trims padding on the right
+        raise ValueError(f"the tokenizer pads on the {tokenizer.padding_side}; customization needs right padding")
+    import torch  # lazy (torch)
+
+    texts = list(texts)
+    encoded = tokenizer(texts, truncation=True, max_length=max_length + plain_count + 2, padding=True,
+                        return_tensors="pt")
+    attention = encoded["attention_mask"]
+    task_mask = attention.clone()
+    positions = None
+    if plain_count:
+        positions = torch.as_tensor(_plain_positions(encoded, texts, plain_count))
+        task_mask.scatter_(1, positions, 0)
+        positions = positions.to(device)
+    return Tokenized(encoded["input_ids"].to(device), attention.to(device), task_mask.to(device), positions,
+                     attention.sum(1).numpy(), np.array([len(t) for t in texts], dtype=np.int64), plain_count,
+                     max_length)
+
+
+def _plain_positions(encoded: Any, texts: Sequence[str], plain_count: int) -> np.ndarray:
+    """``(n, m)``: the position of each plain word's first sub-token (word ids grow along a row)."""
+    # None (special tokens, padding) becomes NaN, which equals no word index.
+    words = np.array([encoding.word_ids for encoding in encoded.encodings], dtype=np.float64)
+    positions = np.zeros((len(texts), plain_count), dtype=np.int64)
+    found = np.zeros((len(texts), plain_count), dtype=bool)
+    for word in range(plain_count):
+        hits = words == word
+        found[:, word] = hits.any(1)
+        positions[:, word] = hits.argmax(1)
+    missing = np.flatnonzero(~found.all(1))
+    if len(missing):
+        row = int(missing[0])
+        raise DataError(f"text {row} does not start with {plain_count} plain words (found {int(found[row].sum())}): "
+                        f"{texts[row][:80]!r}")
+    return positions
+
+
+class FirstNonFinite:
+    """The first non-finite loss of a run, remembered on the device and read when asked.
+
+    ``bool(torch.isfinite(loss))`` at every step waits for the device; this keeps the check on the
+    device (a flag and the value) so that the caller reads it once per epoch or every N steps.
+    """
+
+    def __init__(self, device: str) -> None:
+        import torch  # lazy (torch)
+
+        self._state = torch.zeros(2, dtype=torch.float64, device=device)  # [seen one (0/1), its value]
+
+    def watch(self, loss: Any) -> None:
+        """Remember ``loss`` if it is the first non-finite one."""
+        import torch  # lazy (torch)
+
+        value = loss.detach().double()
+        fresh = (self._state[0] == 0) & ~torch.isfinite(value)
+        self._state.copy_(torch.where(fresh, torch.stack([torch.ones_like(value), value]), self._state))
+
+    def read(self) -> float | None:
+        """The first non-finite loss watched, or None (one device read)."""
+        seen, value = self._state.tolist()
+        return value if seen else None
+
+
+__all__ = ["PRECISIONS", "FirstNonFinite", "Tokenized", "autocast", "check_precision", "tokenize"]
