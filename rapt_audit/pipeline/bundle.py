@@ -1,12 +1,12 @@
 """Pack what an offline GPU machine needs to run one rapt-audit command into a folder of limited size.
 
 ``rapt-audit bundle --out DIR -- run ARGS...`` writes these files (MiB measured for ``run --defense rapt
---attacks all --dataset sst2 --profile paper`` with Python 3.12 wheels: 59.3 in all, limit 60):
+--attacks all --dataset sst2 --profile paper`` with Python 3.12 wheels: 58.5 in all, limit 60):
 
 =====================  ======  =======================================================================
 ``model-low.bin``      21.7    the low bytes of the encoder's fp16 values (random bits: stored as they are)
 ``model.tar.xz``       15.4    their high bytes, the weight file's header, the tokenizer and config files
-``wheels.tar.xz``      20.3    the contents of the wheels the GPU image lacks (spaCy, en_core_web_sm,
+``wheels.tar.xz``      19.6    the contents of the wheels the GPU image lacks (spaCy, en_core_web_sm,
                                thinc and companions, seqeval, jsonschema), trimmed (:mod:`.bundle_wheels`)
 ``data.tar.xz``        1.7     only the data files the run reads (:mod:`.bundle_pieces`)
 ``rapt_audit.tar.xz``  0.2     this package's source, installed layout

