@@ -4,9 +4,12 @@ Owns: :mod:`~rapt_audit.utility.customize` (prompt tuning, prefix tuning, LoRA t
 full fine-tuning, with RAPT's reconstruction head), :mod:`~rapt_audit.utility.customized` (the
 utility of a text defense under one of those methods: train, then score), :mod:`~rapt_audit.utility.selection`
 (the learning rate and epoch chosen on a validation split of the training texts),
-:mod:`~rapt_audit.utility.state_cache` (trained weights stored by signature), :mod:`~rapt_audit.utility.probes` (the
+:mod:`~rapt_audit.utility.on_device` (training texts tokenized once and kept on the model's device, losses
+checked there, the ``precision`` setting), :mod:`~rapt_audit.utility.state_cache` (trained weights stored by
+signature), :mod:`~rapt_audit.utility.probes` (the
 cheap bag-of-words and logistic-regression probes) and :mod:`~rapt_audit.utility.training` (the one
-training loop, used by customization and by the attacks' and defenses' own networks).
+training loop, used by customization and by the attacks' and defenses' own networks, with the helpers that
+keep it free of per-step device synchronisation: ``to_device``, ``DeviceSum``).
 
 May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.encoder`.
 """
