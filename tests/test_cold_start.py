@@ -149,3 +149,23 @@ def test_runs_without_the_analysis_cache_store_nothing(tmp_path: Path):
     assert pos_tags(ctx, TEXTS) == tag_texts(tagger(ctx), TEXTS)
     assert text_entities(ctx, TEXTS) == entity_mentions(tagger(ctx), TEXTS)
     assert not (tmp_path / "analyses").exists()
+
+
+def test_the_tagger_loads_with_torch_when_a_spacy_plugin_needs_it():
+    # A plugin that imports torch while the model loads (simulated): the hidden torch makes it fail,
+    # and the tagger is loaded again with torch visible.
+    code = ("import sys\n"
+            "sys.modules['torch'] = None\n"
+            "import spacy\n"
+            "del sys.modules['torch']\n"
+            "real = spacy.load\n"
+            "def load(*args, **kwargs):\n"
+            "    if sys.modules.get('torch', 0) is None:\n"
+            "        raise ImportError('import of torch halted; None in sys.modules')\n"
+            "    return real(*args, **kwargs)\n"
+            "spacy.load = load\n"
+            "from rapt_audit.mechanisms.pos import load_tagger, tag_texts\n"
+            "print([w.upos for w in tag_texts(load_tagger(), ['she called her doctor'])[0]])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['PRON',", "'VERB',", "'PRON',", "'NOUN']"]

