@@ -17,7 +17,7 @@ import numpy as np
 from rapt_audit.api.version import __version__
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility import training
-from rapt_audit.utility.training import Epochs, fit, to_device
+from rapt_audit.utility.training import Epochs, fit, padded_rows
 
 
 def _code_version() -> str:
@@ -115,11 +115,10 @@ def train_token_classifier(attack: Any, words: list[list[str]], tags: list[list[
     for row, k in enumerate(keep):
         labels[row, first[row][:, 0]] = [label_id.get(tags[k][word], 0) for word in first[row][:, 1]]
     inputs = {key: v.to(ctx.device) for key, v in inputs.items()}
-    labels = torch.as_tensor(labels, device=ctx.device)
+    inputs["labels"] = torch.as_tensor(labels, device=ctx.device)
 
     def loss(positions: np.ndarray) -> Any:
-        rows, width = to_device(positions, ctx.device), int(lengths[positions].max())
-        return model(**{key: v[rows, :width] for key, v in inputs.items()}, labels=labels[rows, :width]).loss
+        return model(**padded_rows(inputs, lengths, positions, ctx.device)[1]).loss
 
     fit(model, loss=loss, batches=lambda: length_batches([len(words[k]) for k in keep], attack.batch_size, order_rng),
         optimizer=optimizer, stop=Epochs(attack.epochs), after_step=schedule.step)
@@ -147,13 +146,13 @@ def predict_tags(attack: Any, words: list[list[str]], *, ctx: RunContext,
     out: list[list[str]] = [["O"] * len(w) for w in words]
     order = [k for k in np.argsort([len(w) for w in words], kind="stable") if words[k]]
     inputs, lengths, first = encode_words(ctx.encoder().tokenizer, [words[k] for k in order], max_length=limit)
+    inputs = {key: v.to(ctx.device) for key, v in inputs.items()}
     best = []
     with torch.inference_mode():
         # Every batch is queued before any prediction is read (once, at the end).
         for start in range(0, len(order), batch_size):
-            width = int(lengths[start:start + batch_size].max())
-            batch = {key: to_device(v[start:start + batch_size, :width], ctx.device) for key, v in inputs.items()}
-            best.append(attack._model(**batch).logits.argmax(-1))
+            rows = np.arange(start, min(start + batch_size, len(order)))
+            best.append(attack._model(**padded_rows(inputs, lengths, rows, ctx.device)[1]).logits.argmax(-1))
         best = [b.cpu().numpy() for b in best]
     for row, k in enumerate(order):
         for pos, word in first[row]:

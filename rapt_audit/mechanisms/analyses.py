@@ -57,8 +57,8 @@ def pos_tags(ctx: RunContext, texts: Sequence[str]) -> list[list[TaggedWord]]:
     The same as :func:`rapt_audit.mechanisms.pos.tag_texts` with the run's tagger.
     """
 
-    def compute() -> list[list[list[str]]]:
-        return [[list(word) for word in row] for row in ptb_tags(tagger(ctx), texts)]
+    def compute() -> list[list[tuple[str, str, str]]]:
+        return ptb_tags(tagger(ctx), texts)
 
     def valid(rows: list[Any]) -> bool:  # the words must rebuild their own text exactly
         return all(isinstance(row, list) and "".join(w[0] + w[1] for w in row) == text
@@ -74,8 +74,8 @@ def text_entities(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str,
     The same as :func:`rapt_audit.mechanisms.pos.entity_mentions` with the run's pipeline.
     """
 
-    def compute() -> list[list[list[str]]]:
-        return [[list(mention) for mention in found] for found in entity_mentions(tagger(ctx), texts)]
+    def compute() -> list[list[tuple[str, str]]]:
+        return entity_mentions(tagger(ctx), texts)
 
     def valid(rows: list[Any]) -> bool:  # every mention a (type, text) pair whose text occurs in its text
         return all(isinstance(row, list) and all(isinstance(m, list) and len(m) == 2 and m[1] in text for m in row)
@@ -86,7 +86,8 @@ def text_entities(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str,
 
 def _cached(ctx: RunContext, kind: str, texts: Sequence[str], compute: Callable[[], list[Any]],
             valid: Callable[[list[Any]], bool]) -> list[Any]:
-    """``compute()`` (one JSON-able row per text), read from or stored in the cache when the run caches analyses."""
+    """``compute()`` (one row per text, stored as JSON: tuples come back as lists), read from or stored in
+    the cache when the run caches analyses."""
     if not ctx.cache_analyses or not texts:
         return compute()
     path = analysis_path(ctx, kind, texts)

@@ -147,7 +147,7 @@ def _torch_hidden() -> Iterator[None]:
 
     spaCy's ``thinc`` imports torch when it is installed (1–1.5 s on two cores) for its optional
     PyTorch layers; ``en_core_web_sm``'s tok2vec, tagger and NER are thinc's own numpy models, so
-    they tag the same without it (checked on 5,000 SST-2 sentences; tests/test_mechanisms.py). On
+    they tag the same without it (tags and entities compared: tests/test_cold_start.py). On
     the user's device that is most of PCT2T's set-up. thinc then reports torch as absent for the
     rest of the process, which matters only to pipelines with PyTorch layers, never loaded here.
     """

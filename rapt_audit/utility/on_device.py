@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
-from rapt_audit.utility.training import to_device
+from rapt_audit.utility.training import padded_rows, to_device
 
 #: Training precisions: ``fp32``, or ``bf16`` (torch.autocast with bfloat16 on the model's device;
 #: parameters, gradients and optimizer state stay fp32). fp32 is the default until bf16 is measured on
@@ -76,11 +76,9 @@ class Tokenized:
         Padding is right-aligned, so the trimmed rows equal what tokenizing these texts alone with
         ``padding=True`` gives: the model sees the same input as a per-batch tokenization.
         """
-        idx = np.asarray(idx)
-        width = int(self.lengths[idx].max())
-        rows = to_device(idx, self.input_ids.device)  # no synchronisation per batch
-        out = {"rows": rows, "input_ids": self.input_ids[rows, :width],
-               "attention_mask": self.attention_mask[rows, :width], "task_mask": self.task_mask[rows, :width]}
+        tensors = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "task_mask": self.task_mask}
+        rows, out = padded_rows(tensors, self.lengths, np.asarray(idx), self.input_ids.device)
+        out["rows"] = rows
         if self.plain_positions is not None:
             out["plain_positions"] = self.plain_positions[rows]
         return out
