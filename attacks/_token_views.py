@@ -27,12 +27,11 @@ import numpy as np
 
 from rapt_audit.api.types import Estimate, Record, Release, Skip
 from rapt_audit.mechanisms.align import align
-from rapt_audit.encoder.encode import token_id_lists
+from rapt_audit.encoder.encode import input_rows, padded_inputs, to_device, token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
 from rapt_audit.utility.probes import pair_text
-from rapt_audit.utility.training import to_device
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.pipeline.context import RunContext
@@ -251,46 +250,34 @@ def contextual_states(views: Sequence[TokenView], *, ctx: RunContext, batch_size
     embeddings, which is the same as feeding their ids. Long sequences run in windows of
     :data:`CONTEXT_WINDOW` tokens, in batches of similar length.
 
-    All released vectors go to the device once, after them [CLS], [SEP] and a zero row; a batch's
-    right-padded input is one gather of rows, its states are written into one device tensor, and
-    that is read once at the end, so no batch waits for the device.
+    All released vectors go to the device once, after them [CLS], [SEP] and a zero row
+    (:func:`~rapt_audit.encoder.encode.input_rows`); a batch's right-padded input is one gather of
+    rows (:func:`~rapt_audit.encoder.encode.padded_inputs`), its states are written into one device
+    tensor, and that is read once at the end, so no batch waits for the device.
     """
     import torch  # lazy (torch)
 
     if not views:
         return []
     model = ctx.encoder()
-    tok, net = model.tokenizer, model.model
-    table = net.get_input_embeddings().weight.detach()
-    ends = [i for i in (tok.cls_token_id, tok.sep_token_id) if i is not None]
-    lead = 1 if len(ends) == 2 else 0  # [CLS] … [SEP] around each window only when the model has both
+    net = model.model
     sizes = np.array([len(view.released_vectors) for view in views], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     pieces = [(v, s, len(views[v].released_vectors[s:s + CONTEXT_WINDOW]))
               for v in range(len(views)) for s in range(0, max(int(sizes[v]), 1), CONTEXT_WINDOW)]
     pieces.sort(key=lambda p: p[2])
     total, hidden_size = int(offsets[-1]), net.config.hidden_size
-    rows = torch.cat([torch.as_tensor(stack_released(views).reshape(total, -1), device=model.device),
-                      table[ends].float() if lead else table[:0].float(),
-                      torch.zeros(1, table.shape[1], device=model.device)])
-    cls_row, sep_row, zero_row = total, total + 1, len(rows) - 1
+    rows, head, tail, pad_row = input_rows(model, stack_released(views))
     with torch.inference_mode():
         states = torch.zeros(total, hidden_size, device=model.device)
         for start in range(0, len(pieces), batch_size):
-            batch = pieces[start:start + batch_size]
-            width = max(n + 2 * lead for _, _, n in batch)
-            gather = np.full((len(batch), width), zero_row, dtype=np.int64)
-            mask = np.zeros((len(batch), width), dtype=np.int64)
-            source, target = [], []  # flat positions in this batch's output → flat rows of ``states``
-            for row, (v, s, n) in enumerate(batch):
-                body = offsets[v] + s + np.arange(n)
-                gather[row, :n + 2 * lead] = np.concatenate([[cls_row], body, [sep_row]]) if lead else body
-                mask[row, :n + 2 * lead] = 1
-                source.append(row * width + lead + np.arange(n))
-                target.append(body)
-            embeds = rows[to_device(gather, model.device)]
-            hidden = net(inputs_embeds=embeds, attention_mask=to_device(mask, model.device)).last_hidden_state
-            states[to_device(np.concatenate(target), model.device)] = \
-                hidden.float().reshape(-1, hidden_size)[to_device(np.concatenate(source), model.device)]
+            bodies = [offsets[v] + s + np.arange(n) for v, s, n in pieces[start:start + batch_size]]
+            embeds, mask = padded_inputs(rows, [np.concatenate([head, body, tail]) for body in bodies], pad_row)
+            # flat positions in this batch's output → flat rows of ``states``
+            source = np.concatenate([row * embeds.shape[1] + len(head) + np.arange(len(body))
+                                     for row, body in enumerate(bodies)])
+            hidden = net(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+            states[to_device(np.concatenate(bodies), model.device)] = \
+                hidden.float().reshape(-1, hidden_size)[to_device(source, model.device)]
     flat = states.cpu().numpy()
     return [flat[offsets[v]:offsets[v + 1]] for v in range(len(views))]

@@ -222,20 +222,19 @@ class TrainedNERAttack(NERAttackBase):
             words = released_words
         self._labels = iob_labels(s.label for r in records for s in r.entities)
         texts = [[w.text for w in ws] for ws in words]
-        cached = False
-        if self.adaptive:  # trained on this defense's release: nothing to share with other runs
-            self._model = train_token_classifier(self, texts, tags, ctx=ctx)
-        else:
-            # Trained on clean text, the model does not depend on the defense or η: a sweep trains it once
-            # per seed and reads it back in every other cell (the very weights, so results do not change).
-            signature = {"attack": self.name, "params": get_params(self), "labels": self._labels,
-                         "data": hashlib.sha256(json.dumps([texts, tags]).encode("utf-8")).hexdigest(),
-                         "model": ctx.encoder().fingerprint, "seed": ctx.seed, "device": ctx.device,
-                         "code": CODE_VERSION}
-            self._model, _, cached = cached_state(
-                ctx.cache_dir / "attacks", signature, device=ctx.device,
-                train=lambda: (train_token_classifier(self, texts, tags, ctx=ctx), {}),
-                restore=lambda state: token_classifier(self, ctx=ctx, state=state))
+        # The weights depend on the training sentences (clean, or this defense's release of them), the
+        # settings, the model and the seed alone. Trained on clean text, the model does not depend on the
+        # defense or η, so a sweep trains it once per seed and reads it back in every other cell; the
+        # adaptive one is read back when the same release is trained on again (a re-run, an added attack).
+        # Either way they are the very weights training wrote, so results do not change.
+        signature = {"attack": self.name, "params": get_params(self), "labels": self._labels,
+                     "data": hashlib.sha256(json.dumps([texts, tags]).encode("utf-8")).hexdigest(),
+                     "model": ctx.encoder().fingerprint, "seed": ctx.seed, "device": ctx.device,
+                     "code": CODE_VERSION}
+        self._model, _, cached = cached_state(
+            ctx.cache_dir / "attacks", signature, device=ctx.device,
+            train=lambda: (train_token_classifier(self, texts, tags, ctx=ctx), {}),
+            restore=lambda state: token_classifier(self, ctx=ctx, state=state))
         self._fit_details = {"train_source": source, "train_sentences": len(records), "labels": self._labels,
                              "epochs": self.epochs, "adaptive": self.adaptive, "model_from_cache": cached}
         return self

@@ -36,10 +36,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.defenses._text import TextDefense
 
 #: Parameters of a text defense that shape the service's training, not the mechanism (left out of the
-#: pretraining cache key: a cell that changes only these reuses the adapted encoder).
+#: pretraining cache key and of the stored privatized texts' key: a cell that changes only these reuses
+#: the adapted encoder and the texts). ``eta`` and ``replacement`` enter those keys as the effective η.
 TRAINING_PARAMETERS = frozenset({"method", "epochs", "lr", "lr_grid", "patience", "batch_size", "max_length",
                                  "virtual_tokens", "precision", "eta", "replacement", "rec_hidden", "rec_weight",
-                                 "reconstruction"})
+                                 "reconstruction", "rec_vocab"})
+
+
+def mechanism_parameters(defense: TextDefense) -> dict[str, Any]:
+    """The parameters of ``defense`` that shape what it releases (all but the training's and pretraining's)."""
+    return {k: v for k, v in get_params(defense).items()
+            if k not in TRAINING_PARAMETERS and not k.startswith("pretrain")}
 
 _NOT_APPLICABLE = ("privacy-adaptive pretraining (Qu et al., CIKM 2021) adapts the service's language model to "
                    "privatized text by masked-language modelling, and this defense releases vectors, not text, so "
@@ -119,10 +126,8 @@ def adapted_encoder(defense: TextDefense, ctx: RunContext) -> tuple[Any, dict[st
     eta = defense.effective_eta(ctx)
     corpus, corpus_fingerprint, texts = read_corpus(ctx, defense.pretrain_corpus)
     loaded = ctx.encoder()
-    mechanism = {k: v for k, v in get_params(defense).items()
-                 if k not in TRAINING_PARAMETERS and not k.startswith("pretrain")}
     signature = {"model": loaded.fingerprint, "corpus": corpus, "corpus_fingerprint": corpus_fingerprint,
-                 "defense": defense.name, "mechanism": mechanism, "eta": "inf" if eta == float("inf") else eta,
+                 "defense": defense.name, "mechanism": mechanism_parameters(defense), "eta": "inf" if eta == float("inf") else eta,
                  "settings": settings.to_dict(), "seed": ctx.seed}
     key = state_key(signature)
     record = {"objective": settings.objective, "settings": settings.to_dict(), "corpus": corpus,

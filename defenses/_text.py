@@ -32,7 +32,7 @@ from rapt_audit.mechanisms.privatize import check_text
 from rapt_audit.mechanisms.verbatim import verbatim_summary
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.defenses._customization import Customized
-from rapt_audit.defenses._pretraining import adapted_encoder, read_corpus
+from rapt_audit.defenses._pretraining import adapted_encoder, mechanism_parameters, read_corpus
 from rapt_audit.utility.pretraining import check_objective, resolve_pretrain_settings
 from rapt_audit.utility.probes import bow_probe_utility, pair_text, require_labels
 
@@ -122,23 +122,30 @@ class TextDefense(Customized):
 
         The noise is drawn from a generator keyed by the records' uids, so the same records give the
         same release within a run; the last few releases are memoised (fit, utility and release
-        privatize the same splits).
+        privatize the same splits), and an audit's later runs read them back from
+        :attr:`RunContext.text_releases <rapt_audit.pipeline.context.RunContext>`.
         """
         key = uid_key(records)
         if key not in self._released:
             for r in records:  # before spaCy or the tokenizer fail on it deep inside
                 check_text(pair_text(r.text, r.text_pair), name=f"record {r.uid!r}")
-            rng = ctx.rng("release", self.name, key)
             eta = self.effective_eta(ctx)
-            texts, count = self.privatize([r.text for r in records], eta=eta, rng=rng, ctx=ctx)
-            pairs = [r.text_pair for r in records]
-            if any(p is not None for p in pairs):
-                pair_texts, pair_count = self.privatize([p or "" for p in pairs], eta=eta, rng=rng, ctx=ctx)
-                count.add(pair_count)
-                texts = [pair_text(t, p if r.text_pair is not None else None)
-                         for t, p, r in zip(texts, pair_texts, records)]
-            texts = self.add_public_prefix(texts, eta=eta, rng=rng, ctx=ctx)
-            self._released = {key: (texts, count)} | {k: v for k, v in list(self._released.items())[-3:]}
+
+            def privatize() -> tuple[list[str], ReplacementCount]:
+                rng = ctx.rng("release", self.name, key)
+                texts, count = self.privatize([r.text for r in records], eta=eta, rng=rng, ctx=ctx)
+                pairs = [r.text_pair for r in records]
+                if any(p is not None for p in pairs):
+                    pair_texts, pair_count = self.privatize([p or "" for p in pairs], eta=eta, rng=rng, ctx=ctx)
+                    count.add(pair_count)
+                    texts = [pair_text(t, p if r.text_pair is not None else None)
+                             for t, p, r in zip(texts, pair_texts, records)]
+                return self.add_public_prefix(texts, eta=eta, rng=rng, ctx=ctx), count
+
+            store = ctx.text_releases  # an audit's store of earlier runs' privatizations (None: privatize)
+            released = privatize() if store is None else store.privatized(
+                self, mechanism=mechanism_parameters(self), eta=eta, records=records, compute=privatize)
+            self._released = {key: released} | {k: v for k, v in list(self._released.items())[-3:]}
         return self._released[key]
 
     def release(self, records: Sequence[Record], *, ctx: RunContext) -> Release:

@@ -145,6 +145,24 @@ def test_the_clean_ner_classifier_is_trained_once_and_read_back_identical(ner_at
     assert other._fit_details["model_from_cache"] is False
 
 
+def test_the_adaptive_ner_classifier_is_read_back_for_the_same_release_only(splits, mctx):
+    # The adaptive attacker trains on the defense's release of its sentences: the same release (a re-run
+    # of the cell) reads the classifier back with identical tags; another η releases other words: trained.
+    from rapt_audit.defenses.t2t import T2TDefense
+
+    args = {**ner.AdaptiveNERAttack.profiles["smoke"], "max_train_sentences": 40, "epochs": 1}
+
+    def fitted(eta: float) -> ner.AdaptiveNERAttack:
+        defense = T2TDefense(eta=eta).fit(splits.victim_train, ctx=mctx)
+        return ner.AdaptiveNERAttack(**args).fit(splits.attacker, defense, ctx=mctx)
+
+    first, again, other = fitted(30.0), fitted(30.0), fitted(31.0)
+    assert [a._fit_details["model_from_cache"] for a in (first, again, other)] == [False, True, False]
+    texts = [r.text for r in splits.victim_test[:20]]
+    words = [ner.tokenize_words(t) for t in texts]
+    assert again.tag(texts, words, ctx=mctx) == first.tag(texts, words, ctx=mctx)
+
+
 def test_ner_identity_release_scores_the_clean_f1(ner_attack, splits, identity, mctx):
     from seqeval.metrics import f1_score
 

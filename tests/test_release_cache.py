@@ -203,17 +203,25 @@ def test_second_run_reads_releases_from_disk(defense: str, attacks: str, tmp_pat
     monkeypatch.setattr(cls, "release", spy)
     # The session's cache keeps its embedding tables; only its releases start empty.
     shutil.rmtree(Path(os.environ["RAPT_AUDIT_CACHE"]) / "releases", ignore_errors=True)
+    shutil.rmtree(Path(os.environ["RAPT_AUDIT_CACHE"]) / "texts", ignore_errors=True)
     config = RunConfig(defense=defense, attacks=attacks, dataset="synthetic", profile="smoke", seed=5,
                        device="cpu", out=str(tmp_path / "run"), data_args=SMALL)
     first = run(config)
+    texts = first.env["release_cache"].pop("texts", None)  # a text defense's own store (tests/test_text_store.py)
     assert calls and first.env["release_cache"] == {"victim_test": "miss", "enabled": True,
                                                    "hit": first.env["release_cache"]["hit"], "miss": len(calls)}
     privatized = len(calls)
     second = run(replace(config, force=True))
     assert len(calls) == privatized  # nothing privatized again: every release came from disk
+    second_texts = second.env["release_cache"].pop("texts", None)
     assert second.env["release_cache"] == {"victim_test": "hit", "enabled": True,
                                            "hit": privatized + first.env["release_cache"]["hit"], "miss": 0}
+    if defense == "t2t":  # utility's victim-train and victim-test texts: privatized once, then read back
+        assert texts is not None and texts["miss"] >= 2 and second_texts == {"hit": 2, "miss": 0}
+    else:  # a defense that releases vectors stores no texts
+        assert texts == second_texts == {"hit": 0, "miss": 0}
     assert _numbers(second) == _numbers(first)
     third = run(replace(config, force=True, release_cache=False))
     assert len(calls) > privatized and third.env["release_cache"]["victim_test"] == "off"
+    assert "texts" not in third.env["release_cache"]
     assert _numbers(third) == _numbers(first)

@@ -4,7 +4,9 @@ Used for the utility of embedding-release defenses: the service receives noisy t
 adds the public [CLS]/[SEP] embeddings itself, runs the rest of the model, and mean-pools the last
 hidden states. The same path gives the clean pooled vectors of the sentence-representation defenses
 (:func:`encode_pooled`, memoised per run by :func:`cached_pooled`) and the token ids and input
-table that attacks and defenses read (:func:`token_id_lists`, :func:`input_table`).
+table that attacks and defenses read (:func:`token_id_lists`, :func:`input_table`). A batch of
+ragged sequences is fed one way, here and in the attacks' contextual states: the vectors on the
+device once (:func:`input_rows`), the padded batch one gather of them (:func:`padded_inputs`).
 """
 
 from __future__ import annotations
@@ -24,43 +26,91 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_TOKENS = 126  # 128 positions minus [CLS] and [SEP] (the papers' maximum length)
 
 
-def pad_embeddings(seqs: Sequence):  # noqa: ANN201 - (torch.Tensor, torch.Tensor)
-    """Right-pad ``(n_i, d)`` tensors into one ``(batch, max n, d)`` tensor and its attention mask."""
+def to_device(array: Any, device: Any) -> Any:
+    """A host array (numpy or CPU tensor) as a tensor on ``device``, without waiting for the device.
+
+    A plain host-to-CUDA copy synchronises with the device, so a batch's indices copied that way at
+    every step would stall the queue of GPU work once per step. On CUDA the array goes through pinned
+    memory with a non-blocking copy (torch's pinned-memory cache keeps the buffer alive until the copy
+    is done); on CPU it is the array itself as a tensor (no copy for numpy). It lives in the encoder
+    layer so that the encoder's own inputs travel with it too (the encoder may not import
+    :mod:`rapt_audit.utility`); :mod:`rapt_audit.utility.training` re-exports it.
+    """
     import torch  # lazy (torch)
 
-    first = seqs[0]
-    length = max(x.shape[0] for x in seqs)
-    embeds = torch.zeros(len(seqs), length, first.shape[1], device=first.device)
-    mask = torch.zeros(len(seqs), length, dtype=torch.long, device=first.device)
-    for row, x in enumerate(seqs):
-        embeds[row, :x.shape[0]] = x
-        mask[row, :x.shape[0]] = 1
-    return embeds, mask
+    tensor = torch.as_tensor(array)
+    if not str(device).startswith("cuda"):
+        return tensor
+    return tensor.contiguous().pin_memory().to(device, non_blocking=True)
+
+
+def input_rows(model: LoadedModel, vectors: np.ndarray):  # noqa: ANN201 - (torch.Tensor, ndarray, ndarray, int)
+    """The rows :func:`padded_inputs` gathers from: ``vectors``, the public [CLS] and [SEP] embeddings, a zero row.
+
+    Args:
+        model: The encoder; the rows go to its device.
+        vectors: ``(n, d)`` input embeddings (any array of ``n * d`` values).
+
+    Returns:
+        The ``(n + k + 1, d)`` float32 row tensor on the device (``k``: how many of [CLS] and [SEP] the
+        model has); the row indices to put before each sequence ([CLS]) and after it ([SEP]), int64
+        arrays that are empty where the model has no such token; the zero row's index (padding).
+    """
+    import torch  # lazy (torch)
+
+    tok, table = model.tokenizer, model.model.get_input_embeddings().weight.detach()
+    ends = [i for i in (tok.cls_token_id, tok.sep_token_id) if i is not None]
+    body = to_device(np.asarray(vectors, dtype=np.float32).reshape(-1, table.shape[1]), model.device)
+    rows = torch.cat([body, table[ends].float() if ends else table[:0].float(),
+                      torch.zeros(1, table.shape[1], device=model.device)])
+    n = body.shape[0]
+    head = np.arange(n, n + (tok.cls_token_id is not None), dtype=np.int64)
+    tail = np.arange(n + len(head), n + len(ends), dtype=np.int64)
+    return rows, head, tail, len(rows) - 1
+
+
+def padded_inputs(rows: Any, sequences: Sequence[np.ndarray], pad_row: int):  # noqa: ANN201 - (Tensor, Tensor)
+    """One batch's right-padded ``inputs_embeds`` and attention mask, with one gather of device rows.
+
+    Args:
+        rows: ``(r, d)`` tensor of input-embedding rows on the model's device (:func:`input_rows`).
+        sequences: Per sequence of the batch, the indices into ``rows`` of its positions in order
+            ([CLS] and [SEP] included).
+        pad_row: Index of a zero row, gathered at the padded positions.
+
+    Returns:
+        ``(len(sequences), longest, d)`` embeddings and the int64 ``(len(sequences), longest)`` mask,
+        both on ``rows``' device; the indices and the mask travel with :func:`to_device`, so the
+        device is not waited for.
+    """
+    width = max(len(seq) for seq in sequences)
+    gather = np.full((len(sequences), width), pad_row, dtype=np.int64)
+    mask = np.zeros((len(sequences), width), dtype=np.int64)
+    for row, seq in enumerate(sequences):
+        gather[row, :len(seq)] = seq
+        mask[row, :len(seq)] = 1
+    return rows[to_device(gather, rows.device)], to_device(mask, rows.device)
 
 
 def pooled_from_embeddings(model: LoadedModel, sequences: Sequence[np.ndarray], *, batch_size: int = 64) -> np.ndarray:
     """Mean-pooled last hidden states for each sequence of input embeddings ``(n_i, d)``.
 
     Sequences longer than ``MAX_TOKENS`` are truncated; empty sequences pool [CLS] and [SEP] only.
+    Each batch's vectors go to the device at once (:func:`input_rows`), and its padded input is one
+    gather of them (:func:`padded_inputs`).
     """
     import torch  # lazy (torch)
 
-    tok = model.tokenizer
-    table = model.model.get_input_embeddings().weight
-    cls_vec = table[tok.cls_token_id].detach() if tok.cls_token_id is not None else None
-    sep_vec = table[tok.sep_token_id].detach() if tok.sep_token_id is not None else None
     out = np.empty((len(sequences), model.model.config.hidden_size), dtype=np.float32)
     order = np.argsort([len(s) for s in sequences])  # similar lengths together: less padding
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            parts = []
-            for i in idx:
-                body = torch.as_tensor(np.asarray(sequences[i][:MAX_TOKENS], dtype=np.float32), device=model.device)
-                pieces = [v[None] for v in (cls_vec,) if v is not None] + [body.reshape(-1, table.shape[1])]
-                pieces += [v[None] for v in (sep_vec,) if v is not None]
-                parts.append(torch.cat(pieces))
-            embeds, mask = pad_embeddings(parts)
+            bodies = [np.asarray(sequences[i][:MAX_TOKENS], dtype=np.float32).reshape(-1, model.dim) for i in idx]
+            rows, head, tail, pad_row = input_rows(model, np.concatenate(bodies))
+            firsts = np.cumsum([0] + [len(body) for body in bodies])
+            embeds, mask = padded_inputs(rows, [np.concatenate([head, first + np.arange(len(body)), tail])
+                                                for first, body in zip(firsts, bodies)], pad_row)
             hidden = model.model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
             weights = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)

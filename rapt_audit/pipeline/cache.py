@@ -53,7 +53,8 @@ _TAG = "__rapt_cache__"
 _DOC = "__doc__"
 
 
-def _sha(value: Any) -> str:
+def stable_hash(value: Any) -> str:
+    """sha256 of ``value`` as canonical JSON (sorted keys; what JSON cannot hold, as its text)."""
     text = json.dumps(value, sort_keys=True, ensure_ascii=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -124,12 +125,12 @@ def fitted_state(defense: Any, *, ctx: RunContext, fit_records: Sequence[Record]
              "profile": ctx.profile, "seed": ctx.seed, "public_data": public_data_fingerprint(ctx),
              "fit_records": records_digest(fit_records),
              "utility_records": None if utility_records is None else records_digest(utility_records)}
-    return _sha(state)
+    return stable_hash(state)
 
 
 def release_key(state: str, records: Sequence[Record]) -> str:
     """The cache key of the release of ``records`` by the fitted defense whose state hash is ``state``."""
-    return _sha({"state": state, "records": records_digest(records)})
+    return stable_hash({"state": state, "records": records_digest(records)})
 
 
 def _encode(value: Any, arrays: dict[str, np.ndarray]) -> Any:
@@ -305,4 +306,4 @@ def cached_defense(defense: Any, *, ctx: RunContext, enabled: bool, fit_records:
 
 
 __all__ = ["CACHE_FORMAT", "CachedDefense", "ReleaseStore", "cached_defense", "decode_release", "encode_release",
-           "fitted_state", "records_digest", "release_key", "source_digest"]
+           "fitted_state", "records_digest", "release_key", "source_digest", "stable_hash"]

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
     from rapt_audit.encoder.models import LoadedModel
+    from rapt_audit.pipeline.text_store import TextReleaseStore
 
 T = TypeVar("T")
 
@@ -62,6 +63,9 @@ class RunContext:
             torch is loaded anyway, more on the user's side (:class:`~rapt_audit.pipeline.user_side.Privatizer`).
         cache_analyses: Whether spaCy's analyses of clean texts are stored on disk for later runs
             (:mod:`rapt_audit.mechanisms.analyses`): an audit's choice; never on the user's side.
+        text_releases: Where text defenses store the texts they privatize, for later runs
+            (:mod:`rapt_audit.pipeline.text_store`); None privatizes afresh and stores nothing. Set by
+            an audit with its release cache on; never on the user's side.
     """
 
     seed: int = 0
@@ -73,6 +77,7 @@ class RunContext:
     data_dir: str | None = None
     cold_queries: int = 0
     cache_analyses: bool = False
+    text_releases: TextReleaseStore | None = None
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     def seed_for(self, *key: object) -> int:

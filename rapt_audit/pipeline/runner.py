@@ -48,6 +48,7 @@ from rapt_audit.pipeline.results import (
     signature,
     write_result,
 )
+from rapt_audit.pipeline.text_store import TextReleaseStore
 
 Log = Callable[[str], None]
 
@@ -213,6 +214,9 @@ def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
     ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
                      model=config.model, cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir,
                      cache_analyses=config.release_cache)
+    if config.release_cache:
+        ctx.text_releases = TextReleaseStore(ctx.cache_dir / "texts", ctx=ctx, model_fingerprint=model_fingerprint(
+            config.model, cache_dir=ctx.cache_dir))
     # Samples the GPU of a CUDA run per stage (env.gpu); stopped however the run ends.
     with gpu_monitor(ctx.device) as gpu:
         return _measure_stages(checked, ctx, gpu, say=say)
@@ -274,7 +278,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                 "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings, "gpu": gpu.summary(),
-                "release_cache": {"victim_test": victim_release, **cached.report()}})
+                "release_cache": {"victim_test": victim_release, **cached.report(),
+                                  **({"texts": ctx.text_releases.report()} if ctx.text_releases else {})}})
     attack_settings = {n: get_params(a) for n, a in checked.attacks.items()}
     result = RunResult(
         signature=signature(dataset=dataset.name, data_fingerprint=dataset.fingerprint,

@@ -15,8 +15,9 @@ utility classifier. What differs between them is passed in, not forked:
 Random numbers are drawn in one fixed order — each epoch's batch order first, then whatever the
 forward passes draw (dropout) batch by batch — so the same seed gives the same weights.
 
-Imports nothing from the package. torch is imported lazily by the helpers that build tensors (the
-loop itself needs none of it), so importing this module stays light.
+Imports from the package only :func:`~rapt_audit.encoder.encode.to_device` (re-exported here; the
+encoder feeds its inputs with it too, and may not import this layer). torch is imported lazily by the
+helpers that build tensors (the loop itself needs none of it), so importing this module stays light.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
+
+from rapt_audit.encoder.encode import to_device
 
 #: One epoch's batches: index arrays into the training data, in training order.
 Batches = Callable[[], Iterable[np.ndarray]]
@@ -185,22 +188,6 @@ def shuffled(n: int, size: int, *, rng: np.random.Generator) -> Batches:
 def shuffled_even(n: int, size: int, *, rng: np.random.Generator) -> Batches:
     """Each epoch, a fresh permutation of ``range(n)`` split into ``ceil(n / size)`` batches of near-equal size."""
     return lambda: np.array_split(rng.permutation(n), max(1, math.ceil(n / size)))
-
-
-def to_device(array: Any, device: str) -> Any:
-    """A host array (numpy or CPU tensor) as a tensor on ``device``, without waiting for the device.
-
-    A plain host-to-CUDA copy synchronises with the device, so a batch's indices copied that way at
-    every step would stall the queue of GPU work once per step. On CUDA the array goes through pinned
-    memory with a non-blocking copy (torch's pinned-memory cache keeps the buffer alive until the copy
-    is done); on CPU it is the array itself as a tensor (no copy for numpy).
-    """
-    import torch  # lazy (torch)
-
-    tensor = torch.as_tensor(array)
-    if not str(device).startswith("cuda"):
-        return tensor
-    return tensor.contiguous().pin_memory().to(device, non_blocking=True)
 
 
 def padded_rows(tensors: Mapping[str, Any], lengths: np.ndarray, idx: np.ndarray,
