@@ -102,3 +102,58 @@ def test_sweep_refuses_a_cell_directory_that_holds_another_run(tmp_path, capsys)
     # Same cell directory name, different base configuration (another defense argument set).
     assert main(RUN + ["--sweep", "seed=0", "--out", str(out), "--attacks", "random_guess,whitebox"]) == 2
     assert "holds a different run" in capsys.readouterr().err
+
+
+def test_time_budget_stops_between_cells_and_the_same_command_goes_on(tmp_path, capsys):
+    """With a budget too small for a second cell, the first finishes, the rest wait (exit 75), a rerun goes on."""
+    out = tmp_path / "budget"
+    argv = RUN + ["--sweep", "seed=0,1,2", "--out", str(out)]
+    assert main(argv + ["--time-budget", "0.001"]) == sweep.BudgetSpent.EXIT_CODE
+    captured = capsys.readouterr()
+    assert "2 cells left were not started" in captured.err and "seed=0" in captured.out
+    index = json.loads((out / "sweep.json").read_text())
+    assert [c["status"] for c in index["cells"]] == ["complete", "pending", "pending"]
+    first = (out / "seed=0" / "result.json").read_bytes()
+    # The finished cell's own wall time (in its result) now says that no other fits: nothing starts.
+    assert main(argv + ["--time-budget", "0.001"]) == sweep.BudgetSpent.EXIT_CODE
+    assert (out / "seed=0" / "result.json").read_bytes() == first
+    assert [c["status"] for c in json.loads((out / "sweep.json").read_text())["cells"]] == \
+        ["complete", "pending", "pending"]
+    assert main(argv + ["--time-budget", "3600"]) == 0
+    assert (out / "seed=0" / "result.json").read_bytes() == first
+    assert [c["status"] for c in json.loads((out / "sweep.json").read_text())["cells"]] == ["complete"] * 3
+
+
+def test_time_budget_judges_each_cell_by_the_longest_so_far(tmp_path):
+    from rapt_audit.pipeline.results import read_result
+
+    now = [0.0]
+    durations = {"0": 10.0, "1": 30.0, "2": 5.0, "3": 5.0}
+
+    def runner(config, **_kw):  # a cell that takes its seed's duration on the test's clock
+        now[0] += durations[str(config.seed)]
+        return read_result(finished)
+
+    base = tmp_path / "one"
+    assert main(RUN + ["--sweep", "seed=0", "--out", str(base)]) == 0
+    finished = base / "seed=0" / "result.json"
+    axes = sweep.parse_axes(["seed=0,1,2,3"])
+    cells = sweep.expand(axes=axes, file=None, cli={"defense": "identity", "attacks": "random_guess",
+                                                    "profile": "smoke", "dataset": "synthetic"},
+                         sets=[s for s in TINY if s != "--set"], out=tmp_path / "grid")
+    # 0 runs (nothing to judge by), 1 fits (10 <= 60 left), then 30 s is the longest and 20 s are left.
+    with pytest.raises(sweep.BudgetSpent) as spent:
+        sweep.run_sweep(cells, out=tmp_path / "grid", axes=axes, runner=runner, time_budget=60, clock=lambda: now[0])
+    assert [cell.name for cell, _ in spent.value.results] == ["seed=0", "seed=1"] and spent.value.pending == 2
+    assert now[0] == 40.0
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--time-budget", "0"], "positive number of seconds"),
+    (["--time-budget", "-5"], "positive number of seconds"),
+])
+def test_bad_time_budgets_are_refused(extra, message, tmp_path, capsys):
+    assert main(RUN + ["--sweep", "seed=0", "--out", str(tmp_path / "b")] + extra) == 2
+    assert message in capsys.readouterr().err
+    assert main(RUN + ["--out", str(tmp_path / "c"), "--time-budget", "60"]) == 2
+    assert "applies to sweeps" in capsys.readouterr().err

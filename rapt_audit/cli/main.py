@@ -81,6 +81,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
                         "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
+    p.add_argument("--time-budget", dest="time_budget", type=float, default=None, metavar="SECONDS",
+                   help="with --sweep: start no cell that would not finish within SECONDS of the start (judged by "
+                        "the longest cell so far); the rest stay pending for the next call, which goes on (exit 75)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="where sweep cells run: local (one after another in this process, the default) or ray "
                         "(each cell a Ray task, several at once; needs pip install 'rapt-audit[ray]')")
@@ -161,6 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cli = {k: getattr(args, k) for k in keys if hasattr(args, k)}
     config = build_config(file=args.config, cli=cli, sets=args.sets)
     executor = _executor(args)
+    if args.time_budget is not None and not args.sweeps:
+        raise UsageError("--time-budget applies to sweeps (--sweep KEY=V1,V2,...); a single run is not split")
     if args.dry_run and not args.sweeps:
         print(dry_run.run_plan(config))
         return 0
@@ -205,11 +210,17 @@ def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log:
         print(dry_run.sweep_plan(cells, out=out))
         return 0
     try:
-        results = sweep.run_sweep(cells, out=out, axes=axes, log=log, progress=progress, executor=executor)
+        results = sweep.run_sweep(cells, out=out, axes=axes, log=log, progress=progress, executor=executor,
+                                  time_budget=args.time_budget)
     except sweep.CellsFailed as failed:  # the finished cells' table, then main() prints the failures (exit 2)
         if failed.results:
             print(sweep.format_sweep(failed.results))
         raise
+    except sweep.BudgetSpent as spent:  # not an error: the finished cells' table, what is left, "try again"
+        if spent.results:
+            print(sweep.format_sweep(spent.results))
+        print(f"rapt-audit: {spent}", file=sys.stderr)
+        return sweep.BudgetSpent.EXIT_CODE
     print(sweep.format_sweep(results))
     print(f"sweep directory: {out} (render it with: rapt-audit report {out} --out {out / 'report.html'})")
     return 0

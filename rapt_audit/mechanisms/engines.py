@@ -37,7 +37,7 @@ def pos_groups(ctx: RunContext) -> dict[str, np.ndarray]:
         space = embedding_space(ctx)
         words = [t for t, cont in zip(space.tokens, space.is_continuation) if not cont]
         cache = ctx.cache_dir / "pos" / f"{space.model_fingerprint[:16]}-{spacy_version_key()}.json"
-        lexicon = vocabulary_lexicon(tagger(ctx), words, cache_file=cache)
+        lexicon = vocabulary_lexicon(lambda: tagger(ctx), words, cache_file=cache)
         row_of = {token: row for row, token in enumerate(space.tokens)}
         return {category: np.array([row_of[w] for w in members if w in row_of], dtype=np.int64)
                 for category, members in lexicon.items()}

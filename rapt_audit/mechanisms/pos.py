@@ -206,13 +206,17 @@ def entity_docs(nlp, texts: Iterable[str], *, batch_size: int = 256) -> Iterable
 def vocabulary_lexicon(nlp, words: Sequence[str], *, cache_file: Path | None = None) -> dict[str, list[str]]:  # noqa: ANN001
     """Category name → whole words of ``words`` tagged into it in isolation (cached as JSON).
 
-    A cache file that cannot be read or does not hold a lexicon is rebuilt; one that cannot be
-    written leaves the lexicon in memory (:func:`rapt_audit.api.files.write_cache_atomic`).
+    ``nlp`` is spaCy's pipeline, or a function that loads it: then it is loaded only when the
+    cache cannot answer (a warm RAPT run reads its lexicon without loading spaCy). A cache file that
+    cannot be read or does not hold a lexicon is rebuilt; one that cannot be written leaves the
+    lexicon in memory (:func:`rapt_audit.api.files.write_cache_atomic`).
     """
     if cache_file is not None:
         cached = _read_lexicon(cache_file)
         if cached is not None:
             return cached
+    if callable(nlp) and not hasattr(nlp, "pipe"):
+        nlp = nlp()
     lexicon: dict[str, list[str]] = {name: [] for name in CATEGORIES}
     for word, doc in zip(words, nlp.pipe(words, batch_size=2048)):
         if len(doc) != 1:

@@ -9,6 +9,13 @@ so an interrupted sweep resumes where it stopped and loses nothing. ``<out>/swee
 the cells and is rewritten (atomically) after every cell. One process at a time: the sweep holds
 the lock of ``<out>`` and each running cell that of its own directory.
 
+With a time budget (``--time-budget SECONDS``) an in-process sweep starts a cell only while the
+longest cell seen so far (run here, or its ``env.wall_time_s`` when it was finished before) still
+fits in what is left (the first cell always starts when none has finished yet), and otherwise
+stops with :class:`BudgetSpent`, its remaining cells pending:
+a machine lent for a limited time (a batch job's wall clock, a GPU call capped at minutes) ends
+between cells rather than in one, and the same command run again goes on from there.
+
 By default the cells run one after another in this process. An :class:`Executor` runs them
 elsewhere: :class:`~rapt_audit.pipeline.ray_executor.RayExecutor` (``--executor ray``) runs each cell
 as a Ray task, on this machine or a cluster, and writes what the workers return here. Both check
@@ -21,6 +28,7 @@ import hashlib
 import itertools
 import json
 import re
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -146,6 +154,26 @@ class CellsFailed(RaptAuditError):
                          f"and a rerun of the same command runs only the others:\n{listed}")
 
 
+class BudgetSpent(RaptAuditError):
+    """An in-process sweep stopped before a cell that would not fit in its time budget.
+
+    Attributes:
+        results: ``(cell, result)`` of every finished cell, in grid order.
+        pending: How many cells are left to run.
+    """
+
+    #: The command's exit status: sysexits' EX_TEMPFAIL, "try again" (the same command goes on).
+    EXIT_CODE = 75
+
+    def __init__(self, *, out: Path, results: Sequence[tuple[Cell, RunResult]], pending: int, needed: float,
+                 left: float, budget: float) -> None:
+        self.results, self.pending = list(results), pending
+        cells = "1 cell" if pending == 1 else f"{pending} cells"
+        super().__init__(f"time budget of {budget:g} s: {max(left, 0.0):.0f} s left, and the longest cell so far "
+                         f"took {needed:.0f} s, so the {cells} left {'was' if pending == 1 else 'were'} not started; "
+                         f"{len(results)} finished in {out}, and the same command run again goes on from there")
+
+
 class Executor(Protocol):
     """Runs the pending cells of a checked sweep elsewhere than in this process (several at once, other machines)."""
 
@@ -198,7 +226,8 @@ class SweepIndex:
 
 def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log | None = None,
               progress: bool = False, runner: Callable[..., RunResult] | None = None,
-              executor: Executor | None = None) -> list[tuple[Cell, RunResult]]:
+              executor: Executor | None = None, time_budget: float | None = None,
+              clock: Callable[[], float] = time.monotonic) -> list[tuple[Cell, RunResult]]:
     """Run every cell that is not complete yet and return each cell's result, in grid order.
 
     Every cell is validated before any work starts (plugin names and values, data, and that no
@@ -218,18 +247,30 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         executor: Where the cells run (default: one after another in this process, where the
             first failing cell stops the sweep); an executor runs every cell and then raises
             :class:`CellsFailed` listing the failed ones.
+        time_budget: Seconds from this call after which no cell is started that would not fit
+            (in-process sweeps only; see the module docstring).
+        clock: Where the time is read (seconds; tests pass their own).
 
     Raises:
         ResultError: when another process is using ``out`` or a cell directory holds another run.
         CellsFailed: when an executor's cells failed (the finished ones are kept).
+        BudgetSpent: when cells were left pending because the time budget ran out.
+        UsageError: for a time budget that is not positive, or one given with an executor.
     """
+    if time_budget is not None and not time_budget > 0:
+        raise UsageError(f"--time-budget must be a positive number of seconds, got {time_budget:g}")
+    if time_budget is not None and executor is not None:
+        raise UsageError("--time-budget applies to sweeps that run in this process; an executor schedules its "
+                         "cells itself (drop --executor, or --time-budget)")
+    deadline = None if time_budget is None else (clock(), float(time_budget))
     with hold_out_dir(out):
         remove_stray_temps(out, SWEEP_INDEX)  # left by a killed sweep; never read, now removed
         try:
             if executor is not None:
                 say = log or (lambda _msg: None)
                 return executor.run_cells(cells, index=check_cells(cells, out=out, axes=axes, log=say), log=say)
-            return _run_cells(cells, out=out, axes=axes, log=log, progress=progress, runner=runner)
+            return _run_cells(cells, out=out, axes=axes, log=log, progress=progress, runner=runner,
+                              deadline=deadline, clock=clock)
         except KeyboardInterrupt as stop:
             # Counted on disk: a cell whose result was written just before the interrupt is kept too.
             kept = sum((Path(c.config.out) / RESULT_FILE).is_file() for c in cells)
@@ -262,15 +303,30 @@ def check_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: 
 
 
 def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log | None, progress: bool,
-               runner: Callable[..., RunResult] | None) -> list[tuple[Cell, RunResult]]:
+               runner: Callable[..., RunResult] | None, deadline: tuple[float, float] | None = None,
+               clock: Callable[[], float] = time.monotonic) -> list[tuple[Cell, RunResult]]:
     say = log or (lambda _msg: None)
     runner = runner or audit_runner.run  # looked up at call time, so a patched runner is honoured
     index = check_cells(cells, out=out, axes=axes, log=say)
+    # The longest cell so far estimates the next one: cells differ (identity trains less than RAPT), and
+    # a cell started that does not fit is lost when the machine's time runs out.
+    longest = max((float(r.env.get("wall_time_s") or 0.0) for r in index.finished.values()), default=None)
     results = []
     for i, cell in enumerate(cells, 1):
-        verb = "reusing" if index.status[cell.name] == "complete" else "running"
-        say(f"cell {i}/{len(cells)} {cell.label}: {verb} {cell.config.out}")
+        pending = index.status[cell.name] != "complete"
+        if pending and deadline is not None and longest is not None:
+            left = deadline[1] - (clock() - deadline[0])
+            if longest > left:
+                rest = cells[i - 1:]
+                done = results + [(c, index.finished[c.name]) for c in rest if index.status[c.name] == "complete"]
+                raise BudgetSpent(out=out, results=sorted(done, key=lambda pair: cells.index(pair[0])),
+                                  needed=longest, left=left, budget=deadline[1],
+                                  pending=sum(index.status[c.name] != "complete" for c in rest))
+        say(f"cell {i}/{len(cells)} {cell.label}: {'running' if pending else 'reusing'} {cell.config.out}")
+        started = clock()
         result = runner(cell.config, log=log, progress=progress)
+        if pending:
+            longest = max(longest or 0.0, clock() - started)
         index.mark(cell, "complete")
         results.append((cell, result))
     return results
@@ -301,5 +357,5 @@ def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Axis", "Cell", "CellsFailed", "Executor", "SWEEP_INDEX", "SWEEP_SCHEMA", "SweepIndex", "cell_name",
+__all__ = ["Axis", "BudgetSpent", "Cell", "CellsFailed", "Executor", "SWEEP_INDEX", "SWEEP_SCHEMA", "SweepIndex", "cell_name",
            "check_cells", "default_sweep_dir", "expand", "format_sweep", "parse_axes", "parse_axis", "run_sweep"]
