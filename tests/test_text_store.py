@@ -31,7 +31,8 @@ def _defense(name: str = "t2t", **params: object):  # noqa: ANN202 - a defense p
     return make_plugin(DEFENSES, name, dict(params))
 
 
-def _privatize(defense, ctx: RunContext, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], object, int]:  # noqa: ANN001
+def _privatize(defense, ctx: RunContext,  # noqa: ANN001 - a defense plugin
+               monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], object, int]:
     """The defense's privatization of RECORDS through the store, and how often it really privatized."""
     calls = []
     original = type(defense).privatize

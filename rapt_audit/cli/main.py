@@ -33,8 +33,9 @@ from rapt_audit.pipeline import sweep
 from rapt_audit.pipeline.ray_executor import RayExecutor
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.runner import run
-from rapt_audit.reporting import check, leaderboard, report
+from rapt_audit.reporting import check, claims, leaderboard, report
 from rapt_audit.reporting.check import cmd_check
+from rapt_audit.reporting.claims import cmd_claims
 from rapt_audit.reporting.leaderboard import cmd_leaderboard
 from rapt_audit.reporting.report import cmd_report
 from rapt_audit.scoring.metrics import METRICS
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("kind", nargs="?", default="all", choices=["all", "defenses", "attacks", "datasets", "metrics"])
     _add_run(sub)
 
-    for module in (privatize, audit, calibrate, report, leaderboard, check, bundle):
+    for module in (privatize, audit, calibrate, report, leaderboard, check, claims, bundle):
         module.add_parser(sub)
     return parser
 
@@ -232,8 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
-                "leaderboard": cmd_leaderboard, "check": cmd_check, "privatize": cmd_privatize, "audit": cmd_audit,
-                "bundle": cmd_bundle}
+                "leaderboard": cmd_leaderboard, "check": cmd_check, "claims": cmd_claims, "privatize": cmd_privatize,
+                "audit": cmd_audit, "bundle": cmd_bundle}
     try:
         with _sigterm_as_interrupt():
             return commands[args.command](args)

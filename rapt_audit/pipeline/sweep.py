@@ -357,5 +357,6 @@ def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Axis", "BudgetSpent", "Cell", "CellsFailed", "Executor", "SWEEP_INDEX", "SWEEP_SCHEMA", "SweepIndex", "cell_name",
-           "check_cells", "default_sweep_dir", "expand", "format_sweep", "parse_axes", "parse_axis", "run_sweep"]
+__all__ = ["Axis", "BudgetSpent", "Cell", "CellsFailed", "Executor", "SWEEP_INDEX", "SWEEP_SCHEMA", "SweepIndex",
+           "cell_name", "check_cells", "default_sweep_dir", "expand", "format_sweep", "parse_axes", "parse_axis",
+           "run_sweep"]

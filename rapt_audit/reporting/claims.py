@@ -1,0 +1,283 @@
+"""Whether the seed papers' claims hold in a set of stored results, each with the numbers that decide it.
+
+The claims (RAPT v3 and the papers it compares with), read from the results of a grid such as
+``--sweep defense=t2t,pct2t,rapt --sweep eta=...``:
+
+* privacy rises as η falls (every text defense, every attack but the ``baseline`` ones);
+* T2T and PCT2T are equally private at the same η;
+* PCT2T's utility is higher than T2T's at the same η, and RAPT's is not lower than PCT2T's;
+* RAPT's reconstruction head helps its utility (``reconstruction=true`` against ``false``);
+* RAPT Pareto-dominates CAPE and DPNR (utility against each attack's empirical privacy).
+
+Each comparison is a difference of two estimates of one comparable group (same data, splits, model,
+profile and attacks; never across groups) with a 95 % interval: *paired* where both rows are single
+runs that kept per-record outcomes of the same records (the regression gate's bootstrap over the
+same resampled records, :func:`rapt_audit.scoring.stats.paired_drop`), otherwise from the two
+intervals as independent (the gate's unpaired rule), which is what several seeds combined give.
+A claim is **supported** when every comparison it makes goes its way beyond its interval, **not
+supported** when one goes significantly the other way, **inconclusive** when neither, and **not
+evaluable** when the results hold no comparison for it. "Equally private" and "not lower" need
+margins, stated here and in every verdict: :data:`EQUIVALENCE_MARGIN` and
+:data:`NON_INFERIORITY_MARGIN`. Pareto dominance compares point estimates, as the papers' plots do.
+
+May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.pipeline` and the
+reporting layer's own modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import zlib
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+from rapt_audit.api.plugins import ATTACKS, load as load_plugins
+from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.reporting.check import standard_error
+from rapt_audit.reporting.collect import collect
+from rapt_audit.reporting.summary import Group, Row, group_results
+from rapt_audit.scoring.stats import paired_drop
+
+#: Two defenses count as equally private when the 95 % interval of their difference in empirical
+#: privacy lies inside ± this (an absolute difference of five points of an attack's success rate).
+EQUIVALENCE_MARGIN = 0.05
+#: A utility counts as not lower than another when the 95 % interval of the difference stays above
+#: minus this (one point of accuracy).
+NON_INFERIORITY_MARGIN = 0.01
+Z = 1.96
+STATUSES = ("supported", "not supported", "inconclusive", "not evaluable")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``a − b`` of one measure with its 95 % interval, and how the interval was made."""
+
+    label: str
+    value: float
+    low: float
+    high: float
+    method: str  # "paired" or "unpaired"
+
+    def text(self) -> str:
+        """``η=75, whitebox: pct2t − t2t = +0.012 [−0.020, +0.041] (paired)``."""
+        return f"{self.label} = {self.value:+.3f} [{self.low:+.3f}, {self.high:+.3f}] ({self.method})"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim, its status, a one-line summary and every comparison behind it."""
+
+    claim: str
+    status: str
+    summary: str
+    differences: tuple[Difference, ...] = ()
+
+
+def difference(a: Row, b: Row, measure: Callable[[Row], Estimate | None], label: str) -> Difference | None:
+    """``measure(a) − measure(b)`` with its 95 % interval (paired where both rows allow it); None if unmeasured."""
+    ea, eb = measure(a), measure(b)
+    if ea is None or eb is None:
+        return None
+    diff = ea.value - eb.value
+    if ea.per_record is not None and eb.per_record is not None and len(ea.per_record) == len(eb.per_record):
+        seed = zlib.crc32(label.encode("utf-8"))
+        # paired_drop gives base − new with one-sided bounds at Φ(z): a two-sided 95 % interval at z = 1.96.
+        _, lower, upper = paired_drop(eb.per_record, ea.per_record, higher_is_better=True, z=Z, seed=seed)
+        return Difference(label, -(eb.value - ea.value), -upper, -lower, "paired")
+    half = Z * math.hypot(standard_error(ea), standard_error(eb))
+    return Difference(label, diff, diff - half, diff + half, "unpaired")
+
+
+def _single(row: Row, get: Callable[[object], Estimate | None], combined: Estimate | None) -> Estimate | None:
+    """The one run's own estimate (it keeps per-record outcomes) for a single-seed row, else the combined one."""
+    if len(row.runs) == 1:
+        own = get(row.runs[0].result)
+        if own is not None:
+            return own
+    return combined
+
+
+def utility_of(row: Row) -> Estimate | None:
+    """The row's task accuracy."""
+    return _single(row, lambda r: r.utility.get("accuracy"), row.utility.get("accuracy"))
+
+
+def privacy_of(attack: str) -> Callable[[Row], Estimate | None]:
+    """``row → empirical privacy of attack`` (None where it was skipped or not run)."""
+    def measure(row: Row) -> Estimate | None:
+        combined = row.privacy.get(attack)
+        if combined is None or isinstance(combined, Skip):
+            return None
+        outcome = lambda r: r.attacks.get(attack)  # noqa: E731 - a one-line getter
+        return _single(row, lambda r: getattr(outcome(r), "empirical_privacy", None), combined)
+    return measure
+
+
+def attacks_of(group: Group) -> list[str]:
+    """The group's measured attacks, less the baselines (random guessing says nothing about a defense)."""
+    load_plugins()
+    return [a for a in group.measured_attacks if a not in ATTACKS or "baseline" not in ATTACKS.entry(a).tags]
+
+
+def _eta(row: Row) -> float | None:
+    """η of a row set by η (not by a replacement target), else None."""
+    value = row.privacy_level
+    return value if row.params.get("replacement") is None and not math.isnan(value) else None
+
+
+def _others(row: Row) -> str:
+    return json.dumps({k: v for k, v in row.params.items() if k not in {"eta", "replacement"}}, sort_keys=True,
+                      default=str)
+
+
+def _pairs(group: Group, a: str, b: str, *, finite: bool = False) -> list[tuple[Row, Row, str]]:
+    """Rows of defenses ``a`` and ``b`` at the same η (label ``η=…``; several settings of one defense: each)."""
+    out = []
+    for ra in (r for r in group.rows if r.defense == a and _eta(r) is not None):
+        for rb in (r for r in group.rows if r.defense == b and _eta(r) == _eta(ra)):
+            if finite and math.isinf(_eta(ra)):
+                continue
+            out.append((ra, rb, f"η={_eta(ra):g}" + (f" ({ra.setting} / {rb.setting})" if "," in ra.setting else "")))
+    return out
+
+
+def _judge(claim: str, diffs: Sequence[Difference], *, ok: Callable[[Difference], bool],
+           against: Callable[[Difference], bool], what: str) -> Verdict:
+    if not diffs:
+        return Verdict(claim, "not evaluable", "the results hold no comparison for this claim")
+    good, bad = sum(map(ok, diffs)), sum(map(against, diffs))
+    status = "not supported" if bad else "supported" if good == len(diffs) else "inconclusive"
+    return Verdict(claim, status, f"{what} in {good} of {len(diffs)} comparisons; against it in {bad}", tuple(diffs))
+
+
+def privacy_rises(groups: Sequence[Group]) -> Verdict:
+    """Privacy rises as η falls: each lower η against the next higher one, for every defense setting and attack."""
+    diffs = []
+    for group in groups:
+        series: dict[tuple[str, str], list[Row]] = {}
+        for row in group.rows:
+            if _eta(row) is not None and row.defense != "identity":
+                series.setdefault((row.defense, _others(row)), []).append(row)
+        for (defense, _), rows in series.items():
+            rows.sort(key=lambda r: -_eta(r))  # ∞ first
+            for attack in attacks_of(group):
+                for high, low in zip(rows, rows[1:]):
+                    label = f"{defense}, {attack}: η={_eta(low):g} − η={_eta(high):g}"
+                    d = difference(low, high, privacy_of(attack), label)
+                    diffs += [d] if d is not None else []
+    return _judge("privacy rises as η falls", diffs, ok=lambda d: d.low > 0, against=lambda d: d.high < 0,
+                  what="significantly higher at the lower η")
+
+
+def equally_private(groups: Sequence[Group], a: str = "pct2t", b: str = "t2t") -> Verdict:
+    """``a`` and ``b`` equally private at the same η, within :data:`EQUIVALENCE_MARGIN`, for every attack."""
+    m = EQUIVALENCE_MARGIN
+    diffs = [d for g in groups for ra, rb, label in _pairs(g, a, b) for attack in attacks_of(g)
+             if (d := difference(ra, rb, privacy_of(attack), f"{label}, {attack}: {a} − {b}")) is not None]
+    return _judge(f"{b.upper()} ≈ {a.upper()} in privacy (margin ±{m:g})", diffs,
+                  ok=lambda d: -m <= d.low and d.high <= m, against=lambda d: d.low > m or d.high < -m,
+                  what=f"interval inside ±{m:g}")
+
+
+def utility_higher(groups: Sequence[Group], a: str, b: str) -> Verdict:
+    """``a``'s accuracy higher than ``b``'s at each common finite η."""
+    diffs = [d for g in groups for ra, rb, label in _pairs(g, a, b, finite=True)
+             if (d := difference(ra, rb, utility_of, f"{label}: {a} − {b}")) is not None]
+    return _judge(f"{a.upper()} > {b.upper()} in utility", diffs, ok=lambda d: d.low > 0,
+                  against=lambda d: d.high < 0, what="significantly higher")
+
+
+def utility_not_lower(groups: Sequence[Group], a: str, b: str) -> Verdict:
+    """``a``'s accuracy not lower than ``b``'s (by :data:`NON_INFERIORITY_MARGIN`) at each common finite η."""
+    m = NON_INFERIORITY_MARGIN
+    diffs = [d for g in groups for ra, rb, label in _pairs(g, a, b, finite=True)
+             if (d := difference(ra, rb, utility_of, f"{label}: {a} − {b}")) is not None]
+    return _judge(f"{a.upper()} ≥ {b.upper()} in utility (margin {m:g})", diffs, ok=lambda d: d.low >= -m,
+                  against=lambda d: d.high < -m, what=f"interval above −{m:g}")
+
+
+def reconstruction_helps(groups: Sequence[Group]) -> Verdict:
+    """RAPT with its reconstruction head against RAPT without it, same η and other settings."""
+    diffs = []
+    for group in groups:
+        rapt = [r for r in group.rows if r.defense == "rapt" and _eta(r) is not None]
+        for on in (r for r in rapt if r.params.get("reconstruction", True) is True):
+            for off in (r for r in rapt if r.params.get("reconstruction") is False and _eta(r) == _eta(on)
+                        and _others(r).replace('"reconstruction": false', '"reconstruction": true') == _others(on)):
+                d = difference(on, off, utility_of, f"η={_eta(on):g}: with − without reconstruction")
+                diffs += [d] if d is not None else []
+    return _judge("the reconstruction head helps utility", diffs, ok=lambda d: d.low > 0,
+                  against=lambda d: d.high < 0, what="significantly higher with it")
+
+
+def pareto_dominates(groups: Sequence[Group], winner: str = "rapt",
+                     others: Sequence[str] = ("cape", "dpnr")) -> Verdict:
+    """Every setting of ``others`` is matched or beaten in both utility and privacy by some ``winner`` setting."""
+    claim = f"{winner.upper()} Pareto-dominates {' and '.join(o.upper() for o in others)}"
+    checked, beaten, lines = 0, 0, []
+    for group in groups:
+        mine = [r for r in group.rows if r.defense == winner]
+        for attack in attacks_of(group):
+            measure = privacy_of(attack)
+            points = [(utility_of(r), measure(r)) for r in mine]
+            points = [(u.value, p.value) for u, p in points if u is not None and p is not None]
+            for row in (r for r in group.rows if r.defense in others):
+                u, p = utility_of(row), measure(row)
+                if u is None or p is None or not points:
+                    continue
+                checked += 1
+                won = any(pu >= u.value and pp >= p.value for pu, pp in points)
+                beaten += won
+                lines.append(Difference(f"{row.defense} {row.setting}, {attack}: utility {u.value:.3f}, privacy "
+                                        f"{p.value:.3f} — {'dominated' if won else 'not dominated'} by a {winner} "
+                                        "setting", 0.0, 0.0, 0.0, "points"))
+    if not checked:
+        return Verdict(claim, "not evaluable", f"no attack measured both {winner} and "
+                       f"{' or '.join(others)} with utility in one comparable group")
+    status = "supported" if beaten == checked else "not supported"
+    return Verdict(claim, status, f"dominated in {beaten} of {checked} (setting, attack) points", tuple(lines))
+
+
+def evaluate(groups: Sequence[Group]) -> list[Verdict]:
+    """Every claim of the module docstring, in that order."""
+    return [privacy_rises(groups), equally_private(groups), utility_higher(groups, "pct2t", "t2t"),
+            utility_not_lower(groups, "rapt", "pct2t"), reconstruction_helps(groups), pareto_dominates(groups)]
+
+
+def format_markdown(verdicts: Sequence[Verdict]) -> str:
+    """A table of claims and verdicts, then every comparison behind each."""
+    lines = ["| claim | verdict | summary |", "|---|---|---|"]
+    lines += [f"| {v.claim} | **{v.status}** | {v.summary} |" for v in verdicts]
+    for v in verdicts:
+        if v.differences:
+            lines += ["", f"**{v.claim}** ({v.status}):", ""]
+            lines += [f"- {d.label}" if d.method == "points" else f"- {d.text()}" for d in v.differences]
+    return "\n".join(lines) + "\n"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``claims`` sub-command."""
+    p = sub.add_parser("claims", help="whether the papers' claims hold in stored results, with the numbers")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories (or result files)")
+    p.add_argument("--format", choices=["md", "json"], default="md", help="Markdown (default) or JSON")
+
+
+def cmd_claims(args: argparse.Namespace) -> int:
+    """Entry of ``rapt-audit claims``."""
+    coll = collect(args.runs)
+    coll.require_results("claims")
+    for problem in coll.problems:
+        print(f"rapt-audit: warning: left out {problem.path}: {problem.message}", file=sys.stderr)
+    verdicts = evaluate(group_results(coll.results))
+    if args.format == "json":
+        print(json.dumps([asdict(v) for v in verdicts], indent=2))
+    else:
+        print(format_markdown(verdicts), end="")
+    return 0
+
+
+__all__ = ["EQUIVALENCE_MARGIN", "NON_INFERIORITY_MARGIN", "Difference", "Verdict", "add_parser", "cmd_claims",
+           "difference", "evaluate", "format_markdown"]
