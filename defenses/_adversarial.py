@@ -13,8 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from rapt_audit.encoder.encode import to_device
 from rapt_audit.encoder.models import one_thread
-from rapt_audit.utility.training import DeviceSum, Epochs, fit, shuffled_even, supervised_loss, to_device
+from rapt_audit.utility.training import DeviceSum, Epochs, fit, shuffled_even, supervised_loss
 
 
 class _ReverseGradient(torch.autograd.Function):

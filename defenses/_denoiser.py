@@ -21,9 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from rapt_audit.encoder.encode import to_device
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import dchi_noise
-from rapt_audit.utility.training import EarlyStopping, fit, to_device
+from rapt_audit.utility.training import EarlyStopping, fit
 
 
 def clip_rows(x: np.ndarray, bound: float) -> np.ndarray:

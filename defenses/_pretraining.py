@@ -127,8 +127,8 @@ def adapted_encoder(defense: TextDefense, ctx: RunContext) -> tuple[Any, dict[st
     corpus, corpus_fingerprint, texts = read_corpus(ctx, defense.pretrain_corpus)
     loaded = ctx.encoder()
     signature = {"model": loaded.fingerprint, "corpus": corpus, "corpus_fingerprint": corpus_fingerprint,
-                 "defense": defense.name, "mechanism": mechanism_parameters(defense), "eta": "inf" if eta == float("inf") else eta,
-                 "settings": settings.to_dict(), "seed": ctx.seed}
+                 "defense": defense.name, "mechanism": mechanism_parameters(defense),
+                 "eta": "inf" if eta == float("inf") else eta, "settings": settings.to_dict(), "seed": ctx.seed}
     key = state_key(signature)
     record = {"objective": settings.objective, "settings": settings.to_dict(), "corpus": corpus,
               "eta": signature["eta"], "key": key,

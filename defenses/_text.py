@@ -131,7 +131,7 @@ class TextDefense(Customized):
                 check_text(pair_text(r.text, r.text_pair), name=f"record {r.uid!r}")
             eta = self.effective_eta(ctx)
 
-            def privatize() -> tuple[list[str], ReplacementCount]:
+            def fresh() -> tuple[list[str], ReplacementCount]:
                 rng = ctx.rng("release", self.name, key)
                 texts, count = self.privatize([r.text for r in records], eta=eta, rng=rng, ctx=ctx)
                 pairs = [r.text_pair for r in records]
@@ -143,8 +143,8 @@ class TextDefense(Customized):
                 return self.add_public_prefix(texts, eta=eta, rng=rng, ctx=ctx), count
 
             store = ctx.text_releases  # an audit's store of earlier runs' privatizations (None: privatize)
-            released = privatize() if store is None else store.privatized(
-                self, mechanism=mechanism_parameters(self), eta=eta, records=records, compute=privatize)
+            released = fresh() if store is None else store.privatized(
+                self, mechanism=mechanism_parameters(self), eta=eta, records=records, compute=fresh)
             self._released = {key: released} | {k: v for k, v in list(self._released.items())[-3:]}
         return self._released[key]
 

@@ -36,7 +36,7 @@ def splits():
 def test_to_device_copies_indices_to_cuda_unchanged():
     import torch
 
-    from rapt_audit.utility.training import to_device
+    from rapt_audit.encoder.encode import to_device
 
     idx = np.array([5, 0, 3], dtype=np.int64)
     moved = to_device(idx[::-1], "cuda")  # a strided view goes through a contiguous pinned copy

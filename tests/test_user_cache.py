@@ -45,11 +45,11 @@ def test_corrupt_lexicon_cache_is_rebuilt(tmp_path):
     nlp = type("Tagger", (), {"pipe": staticmethod(nlp_pipe)})()
     cache = tmp_path / "lexicon.json"
     cache.write_text('{"noun": [1, 2]}', encoding="utf-8")  # not a lexicon
-    lexicon = vocabulary_lexicon(nlp, ["apple", "river"], cache_file=cache)
+    lexicon = vocabulary_lexicon(lambda: nlp, ["apple", "river"], cache_file=cache)
     assert lexicon["noun"] == ["apple", "river"] and set(lexicon) == set(CATEGORIES)
     assert json.loads(cache.read_text(encoding="utf-8")) == lexicon  # rewritten
     cache.write_text("{truncated", encoding="utf-8")
-    assert vocabulary_lexicon(nlp, ["apple"], cache_file=cache)["noun"] == ["apple"]
+    assert vocabulary_lexicon(lambda: nlp, ["apple"], cache_file=cache)["noun"] == ["apple"]
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes to read-only folders")

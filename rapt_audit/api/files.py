@@ -11,6 +11,7 @@ next run that owns the folder removes (:func:`remove_stray_temps`).
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import os
 import tempfile
@@ -152,3 +153,19 @@ def write_cache_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]]
                           "working from memory, so the next start will be slower. Set RAPT_AUDIT_CACHE to a "
                           "writable folder to keep the cache", stacklevel=2)
         return False
+
+
+def write_cache_json_gz(path: str | os.PathLike[str], document: Any) -> bool:
+    """Store ``document`` as gzip'd compact JSON with :func:`write_cache_atomic` (ASCII escapes keep
+    any string, lone surrogates included); returns whether it was stored."""
+    payload = json.dumps(document, separators=(",", ":")).encode("ascii")
+    return write_cache_atomic(path, lambda handle: handle.write(gzip.compress(payload, compresslevel=1)))
+
+
+def read_cache_json_gz(path: str | os.PathLike[str]) -> Any | None:
+    """The document of a :func:`write_cache_json_gz` entry, or None when it is missing, truncated, not
+    gzip or not JSON (the caller checks its shape and rebuilds what it cannot use)."""
+    try:
+        return json.loads(gzip.decompress(Path(path).read_bytes()))
+    except (OSError, EOFError, ValueError):
+        return None

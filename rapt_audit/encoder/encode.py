@@ -34,7 +34,7 @@ def to_device(array: Any, device: Any) -> Any:
     memory with a non-blocking copy (torch's pinned-memory cache keeps the buffer alive until the copy
     is done); on CPU it is the array itself as a tensor (no copy for numpy). It lives in the encoder
     layer so that the encoder's own inputs travel with it too (the encoder may not import
-    :mod:`rapt_audit.utility`); :mod:`rapt_audit.utility.training` re-exports it.
+    :mod:`rapt_audit.utility`).
     """
     import torch  # lazy (torch)
 

@@ -11,19 +11,17 @@ Only an audit stores them (:attr:`RunContext.cache_analyses
 writes a user's text to disk. Tags are stored as spaCy produced them (Penn Treebank), so a change of
 our PTB→UPOS mapping never reads stale categories. An entry that cannot be read, or does not
 rebuild its own texts exactly, is recomputed with a warning; one that cannot be written leaves the
-analysis in memory (:func:`rapt_audit.api.files.write_cache_atomic`).
+analysis in memory (:func:`rapt_audit.api.files.write_cache_json_gz`).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from rapt_audit.api.files import write_cache_atomic
+from rapt_audit.api.files import read_cache_json_gz, write_cache_json_gz
 from rapt_audit.mechanisms.engines import tagger
 from rapt_audit.mechanisms.pos import TaggedWord, entity_mentions, ptb_tags, spacy_version_key, upos_of
 
@@ -101,18 +99,13 @@ def _cached(ctx: RunContext, kind: str, texts: Sequence[str], compute: Callable[
         warnings.warn(f"the cached spaCy {kind} in {path} do not match their texts; analysing them again",
                       stacklevel=3)
     rows = compute()
-    payload = json.dumps({"format": FORMAT, "kind": kind, "n": len(texts), "rows": rows},
-                         separators=(",", ":")).encode("utf-8")
-    write_cache_atomic(path, lambda handle: handle.write(gzip.compress(payload, compresslevel=1)))
+    write_cache_json_gz(path, {"format": FORMAT, "kind": kind, "n": len(texts), "rows": rows})
     return rows
 
 
 def _read(path: Path, n: int) -> list[Any] | None:
     """The rows of a cache entry, or None when it is missing, unreadable, of another format or size."""
-    try:
-        doc = json.loads(gzip.decompress(path.read_bytes()))
-    except (OSError, EOFError, ValueError):  # missing, truncated, not gzip, not JSON
-        return None
+    doc = read_cache_json_gz(path)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("n") != n:
         return None
     rows = doc.get("rows")

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -203,20 +203,20 @@ def entity_docs(nlp, texts: Iterable[str], *, batch_size: int = 256) -> Iterable
     return nlp.get_pipe("ner").pipe(nlp.tokenizer.pipe(texts, batch_size=batch_size), batch_size=batch_size)
 
 
-def vocabulary_lexicon(nlp, words: Sequence[str], *, cache_file: Path | None = None) -> dict[str, list[str]]:  # noqa: ANN001
+def vocabulary_lexicon(load_nlp: Callable[[], Any], words: Sequence[str], *,
+                       cache_file: Path | None = None) -> dict[str, list[str]]:
     """Category name → whole words of ``words`` tagged into it in isolation (cached as JSON).
 
-    ``nlp`` is spaCy's pipeline, or a function that loads it: then it is loaded only when the
-    cache cannot answer (a warm RAPT run reads its lexicon without loading spaCy). A cache file that
-    cannot be read or does not hold a lexicon is rebuilt; one that cannot be written leaves the
-    lexicon in memory (:func:`rapt_audit.api.files.write_cache_atomic`).
+    ``load_nlp`` returns spaCy's pipeline; it is called only when the cache cannot answer, so a warm
+    RAPT run reads its lexicon without loading spaCy. A cache file that cannot be read or does not
+    hold a lexicon is rebuilt; one that cannot be written leaves the lexicon in memory
+    (:func:`rapt_audit.api.files.write_cache_atomic`).
     """
     if cache_file is not None:
         cached = _read_lexicon(cache_file)
         if cached is not None:
             return cached
-    if callable(nlp) and not hasattr(nlp, "pipe"):
-        nlp = nlp()
+    nlp = load_nlp()
     lexicon: dict[str, list[str]] = {name: [] for name in CATEGORIES}
     for word, doc in zip(words, nlp.pipe(words, batch_size=2048)):
         if len(doc) != 1:

@@ -106,6 +106,14 @@ def public_data_fingerprint(ctx: RunContext) -> dict[str, Any]:
     return {"data_dir": str(root.resolve()) if root is not None else None, "wikitext2": wikitext}
 
 
+def run_state(ctx: RunContext, *, model_fingerprint: str) -> dict[str, Any]:
+    """What every cached release depends on from the run itself: package and library versions, the
+    model and its weights, device, profile, seed and the public data (:func:`public_data_fingerprint`)."""
+    return {"package_version": __version__, "packages": package_versions(), "model": ctx.model,
+            "model_fingerprint": model_fingerprint, "device": ctx.device, "profile": ctx.profile, "seed": ctx.seed,
+            "public_data": public_data_fingerprint(ctx)}
+
+
 def fitted_state(defense: Any, *, ctx: RunContext, fit_records: Sequence[Record],
                  utility_records: Sequence[Record] | None, model_fingerprint: str) -> str:
     """The hash of everything a fitted defense's releases depend on; call it after ``fit`` and ``utility``.
@@ -118,11 +126,9 @@ def fitted_state(defense: Any, *, ctx: RunContext, fit_records: Sequence[Record]
         model_fingerprint: The weights fingerprint of ``ctx.model``.
     """
     effective_eta = getattr(defense, "effective_eta", None)
-    state = {"format": CACHE_FORMAT, "package_version": __version__, "code": source_digest(type(defense)),
-             "packages": package_versions(), "defense": defense.name, "params": get_params(defense),
+    state = {"format": CACHE_FORMAT, **run_state(ctx, model_fingerprint=model_fingerprint),
+             "code": source_digest(type(defense)), "defense": defense.name, "params": get_params(defense),
              "effective_eta": to_jsonable(effective_eta(ctx)) if callable(effective_eta) else None,
-             "model": ctx.model, "model_fingerprint": model_fingerprint, "device": ctx.device,
-             "profile": ctx.profile, "seed": ctx.seed, "public_data": public_data_fingerprint(ctx),
              "fit_records": records_digest(fit_records),
              "utility_records": None if utility_records is None else records_digest(utility_records)}
     return stable_hash(state)
@@ -306,4 +312,4 @@ def cached_defense(defense: Any, *, ctx: RunContext, enabled: bool, fit_records:
 
 
 __all__ = ["CACHE_FORMAT", "CachedDefense", "ReleaseStore", "cached_defense", "decode_release", "encode_release",
-           "fitted_state", "records_digest", "release_key", "source_digest", "stable_hash"]
+           "fitted_state", "records_digest", "release_key", "run_state", "source_digest", "stable_hash"]

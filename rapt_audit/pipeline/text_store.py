@@ -7,12 +7,11 @@ and the records: not on how the service then trains (method, learning rate, epoc
 So a cell that changes only the training, or is run again with other attacks, reads the texts back
 instead of privatizing them once more; at the ``smoke`` profile that is most of a warm run's time.
 
-The key hashes the same ingredients as the release cache (:mod:`rapt_audit.pipeline.cache`: code,
-package versions, model fingerprint, device, profile, seed, public data) with the defense's *mechanism*
-parameters in place of all of them. An entry is one gzip'd JSON file under
-``<cache_dir>/texts/<key[:2]>/<key>.json.gz``; one that cannot be read, or does not fit its
+The key hashes the same run ingredients as the release cache (:func:`rapt_audit.pipeline.cache.run_state`
+and the code's digest) with the defense's *mechanism* parameters in place of all of them. An entry
+is one gzip'd JSON file under ``<cache_dir>/texts/<key[:2]>/<key>.json.gz``; one that cannot be read, or does not fit its
 records, is privatized again after one warning, and one that cannot be written leaves the texts in
-memory (:func:`rapt_audit.api.files.write_cache_atomic`). Only an audit stores texts (never the
+memory (:func:`rapt_audit.api.files.write_cache_json_gz`). Only an audit stores texts (never the
 user's side), and ``--no-release-cache`` turns it off with the release cache.
 
 May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.mechanisms` and the pipeline's cache and context.
@@ -21,20 +20,16 @@ May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.mechanisms` and the pipeline
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import json
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from rapt_audit.api.files import write_cache_atomic
+from rapt_audit.api.files import read_cache_json_gz, write_cache_json_gz
 from rapt_audit.api.params import to_jsonable
 from rapt_audit.api.types import Record
-from rapt_audit.api.version import __version__
 from rapt_audit.mechanisms.calibration import ReplacementCount
-from rapt_audit.pipeline.cache import public_data_fingerprint, records_digest, source_digest, stable_hash
+from rapt_audit.pipeline.cache import records_digest, run_state, source_digest, stable_hash
 from rapt_audit.pipeline.context import RunContext
-from rapt_audit.pipeline.results import package_versions
 
 #: Bumped whenever what an entry holds or what its key hashes changes, so old entries are never read.
 FORMAT = "rapt-audit/privatized-texts/1"
@@ -54,17 +49,15 @@ class TextReleaseStore:
 
     def __init__(self, root: Path, *, ctx: RunContext, model_fingerprint: str) -> None:
         self.root = Path(root)
-        self._run = {"format": FORMAT, "package_version": __version__, "packages": package_versions(),
-                     "model": ctx.model, "model_fingerprint": model_fingerprint, "device": ctx.device,
-                     "profile": ctx.profile, "seed": ctx.seed, "public_data": public_data_fingerprint(ctx)}
+        self._run = {"format": FORMAT, **run_state(ctx, model_fingerprint=model_fingerprint)}
         self.hits = 0
         self.misses = 0
 
     def key(self, defense: Any, mechanism: Mapping[str, Any], eta: float, records: Sequence[Record]) -> str:
         """The key of ``records`` privatized by ``defense`` with ``mechanism`` parameters at ``eta``."""
         return stable_hash({**self._run, "code": source_digest(type(defense)), "defense": defense.name,
-                     "mechanism": to_jsonable(dict(mechanism)), "eta": "inf" if eta == float("inf") else eta,
-                     "records": records_digest(records)})
+                            "mechanism": to_jsonable(dict(mechanism)), "eta": "inf" if eta == float("inf") else eta,
+                            "records": records_digest(records)})
 
     def path(self, key: str) -> Path:
         """Where the entry of ``key`` lives."""
@@ -91,9 +84,8 @@ class TextReleaseStore:
                           "privatizing them again", stacklevel=3)
         self.misses += 1
         texts, count = compute()
-        payload = json.dumps({"format": FORMAT, "n": len(records), "texts": list(texts),
-                              "count": dataclasses.asdict(count)}, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        write_cache_atomic(path, lambda handle: handle.write(gzip.compress(payload, compresslevel=1)))
+        write_cache_json_gz(path, {"format": FORMAT, "n": len(records), "texts": list(texts),
+                                   "count": dataclasses.asdict(count)})
         return list(texts), count
 
     def report(self) -> dict[str, int]:
@@ -103,13 +95,13 @@ class TextReleaseStore:
 
 def _read(path: Path, n: int) -> Privatized | None:
     """The entry at ``path`` when it holds ``n`` texts and a well-formed count; None otherwise."""
+    doc = read_cache_json_gz(path)
     try:
-        doc = json.loads(gzip.decompress(path.read_bytes()).decode("utf-8", "surrogatepass"))
         texts, count = doc["texts"], doc["count"]
         if doc["format"] != FORMAT or doc["n"] != n or len(texts) != n or not all(isinstance(t, str) for t in texts):
             return None
         return texts, ReplacementCount(**count)
-    except (OSError, EOFError, ValueError, KeyError, TypeError):  # missing, truncated, not gzip/JSON, wrong shape
+    except (KeyError, TypeError):  # unreadable (None) or a document of another shape
         return None
 
 

@@ -68,12 +68,16 @@ class Difference:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One claim, its status, a one-line summary and every comparison behind it."""
+    """One claim, its status, a one-line summary and every comparison behind it.
+
+    ``differences`` are the measured differences; ``points`` the Pareto claim's point-by-point lines.
+    """
 
     claim: str
     status: str
     summary: str
     differences: tuple[Difference, ...] = ()
+    points: tuple[str, ...] = ()
 
 
 def difference(a: Row, b: Row, measure: Callable[[Row], Estimate | None], label: str) -> Difference | None:
@@ -83,36 +87,27 @@ def difference(a: Row, b: Row, measure: Callable[[Row], Estimate | None], label:
         return None
     diff = ea.value - eb.value
     if ea.per_record is not None and eb.per_record is not None and len(ea.per_record) == len(eb.per_record):
-        seed = zlib.crc32(label.encode("utf-8"))
-        # paired_drop gives base − new with one-sided bounds at Φ(z): a two-sided 95 % interval at z = 1.96.
-        _, lower, upper = paired_drop(eb.per_record, ea.per_record, higher_is_better=True, z=Z, seed=seed)
-        return Difference(label, -(eb.value - ea.value), -upper, -lower, "paired")
+        # paired_drop bounds base − new = b − a one-sided at Φ(z): at z = 1.96 a two-sided 95 % interval.
+        _, lower, upper = paired_drop(eb.per_record, ea.per_record, higher_is_better=True, z=Z,
+                                      seed=zlib.crc32(label.encode("utf-8")))
+        return Difference(label, diff, -upper, -lower, "paired")
     half = Z * math.hypot(standard_error(ea), standard_error(eb))
     return Difference(label, diff, diff - half, diff + half, "unpaired")
 
 
-def _single(row: Row, get: Callable[[object], Estimate | None], combined: Estimate | None) -> Estimate | None:
-    """The one run's own estimate (it keeps per-record outcomes) for a single-seed row, else the combined one."""
-    if len(row.runs) == 1:
-        own = get(row.runs[0].result)
-        if own is not None:
-            return own
-    return combined
-
-
 def utility_of(row: Row) -> Estimate | None:
-    """The row's task accuracy."""
-    return _single(row, lambda r: r.utility.get("accuracy"), row.utility.get("accuracy"))
+    """The row's task accuracy: a single run's own estimate, several seeds' combined one."""
+    return row.runs[0].result.utility.get("accuracy") if len(row.runs) == 1 else row.utility.get("accuracy")
 
 
 def privacy_of(attack: str) -> Callable[[Row], Estimate | None]:
-    """``row → empirical privacy of attack`` (None where it was skipped or not run)."""
+    """``row → empirical privacy of attack`` (None where it was skipped or not run); a single run's own
+    estimate, which keeps its per-record outcomes for a paired comparison, several seeds' combined one."""
     def measure(row: Row) -> Estimate | None:
-        combined = row.privacy.get(attack)
-        if combined is None or isinstance(combined, Skip):
+        outcome = row.runs[0].result.attacks.get(attack) if len(row.runs) == 1 else row.privacy.get(attack)
+        if outcome is None or isinstance(outcome, Skip):
             return None
-        outcome = lambda r: r.attacks.get(attack)  # noqa: E731 - a one-line getter
-        return _single(row, lambda r: getattr(outcome(r), "empirical_privacy", None), combined)
+        return outcome if isinstance(outcome, Estimate) else outcome.empirical_privacy
     return measure
 
 
@@ -128,9 +123,10 @@ def _eta(row: Row) -> float | None:
     return value if row.params.get("replacement") is None and not math.isnan(value) else None
 
 
-def _others(row: Row) -> str:
-    return json.dumps({k: v for k, v in row.params.items() if k not in {"eta", "replacement"}}, sort_keys=True,
-                      default=str)
+def _others(row: Row, *ignored: str) -> str:
+    """The row's parameters but η (and ``ignored``), as one comparable string."""
+    skip = {"eta", "replacement", *ignored}
+    return json.dumps({k: v for k, v in row.params.items() if k not in skip}, sort_keys=True, default=str)
 
 
 def _pairs(group: Group, a: str, b: str, *, finite: bool = False) -> list[tuple[Row, Row, str]]:
@@ -206,7 +202,7 @@ def reconstruction_helps(groups: Sequence[Group]) -> Verdict:
         rapt = [r for r in group.rows if r.defense == "rapt" and _eta(r) is not None]
         for on in (r for r in rapt if r.params.get("reconstruction", True) is True):
             for off in (r for r in rapt if r.params.get("reconstruction") is False and _eta(r) == _eta(on)
-                        and _others(r).replace('"reconstruction": false', '"reconstruction": true') == _others(on)):
+                        and _others(r, "reconstruction") == _others(on, "reconstruction")):
                 d = difference(on, off, utility_of, f"η={_eta(on):g}: with − without reconstruction")
                 diffs += [d] if d is not None else []
     return _judge("the reconstruction head helps utility", diffs, ok=lambda d: d.low > 0,
@@ -231,14 +227,13 @@ def pareto_dominates(groups: Sequence[Group], winner: str = "rapt",
                 checked += 1
                 won = any(pu >= u.value and pp >= p.value for pu, pp in points)
                 beaten += won
-                lines.append(Difference(f"{row.defense} {row.setting}, {attack}: utility {u.value:.3f}, privacy "
-                                        f"{p.value:.3f} — {'dominated' if won else 'not dominated'} by a {winner} "
-                                        "setting", 0.0, 0.0, 0.0, "points"))
+                lines.append(f"{row.defense} {row.setting}, {attack}: utility {u.value:.3f}, privacy {p.value:.3f} — "
+                             f"{'dominated' if won else 'not dominated'} by a {winner} setting")
     if not checked:
         return Verdict(claim, "not evaluable", f"no attack measured both {winner} and "
                        f"{' or '.join(others)} with utility in one comparable group")
     status = "supported" if beaten == checked else "not supported"
-    return Verdict(claim, status, f"dominated in {beaten} of {checked} (setting, attack) points", tuple(lines))
+    return Verdict(claim, status, f"dominated in {beaten} of {checked} (setting, attack) points", points=tuple(lines))
 
 
 def evaluate(groups: Sequence[Group]) -> list[Verdict]:
@@ -252,9 +247,9 @@ def format_markdown(verdicts: Sequence[Verdict]) -> str:
     lines = ["| claim | verdict | summary |", "|---|---|---|"]
     lines += [f"| {v.claim} | **{v.status}** | {v.summary} |" for v in verdicts]
     for v in verdicts:
-        if v.differences:
+        if v.differences or v.points:
             lines += ["", f"**{v.claim}** ({v.status}):", ""]
-            lines += [f"- {d.label}" if d.method == "points" else f"- {d.text()}" for d in v.differences]
+            lines += [f"- {d.text()}" for d in v.differences] + [f"- {point}" for point in v.points]
     return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
-from rapt_audit.utility.training import padded_rows, to_device
+from rapt_audit.encoder.encode import to_device
+from rapt_audit.utility.training import padded_rows
 
 #: Training precisions: ``fp32``, or ``bf16`` (torch.autocast with bfloat16 on the model's device;
 #: parameters, gradients and optimizer state stay fp32). fp32 is the default until bf16 is measured on

@@ -15,8 +15,8 @@ utility classifier. What differs between them is passed in, not forked:
 Random numbers are drawn in one fixed order — each epoch's batch order first, then whatever the
 forward passes draw (dropout) batch by batch — so the same seed gives the same weights.
 
-Imports from the package only :func:`~rapt_audit.encoder.encode.to_device` (re-exported here; the
-encoder feeds its inputs with it too, and may not import this layer). torch is imported lazily by the
+Imports from the package only :func:`~rapt_audit.encoder.encode.to_device`, which moves batch
+indices to the device without waiting for it (the encoder feeds its own inputs with it). torch is imported lazily by the
 helpers that build tensors (the loop itself needs none of it), so importing this module stays light.
 """
 
@@ -264,4 +264,4 @@ def adam(parameters: Iterable[Any], *, lr: float, weight_decay: float = 0.0, fus
 
 
 __all__ = ["Batches", "DeviceSum", "Diverged", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit",
-           "padded_rows", "shuffled", "shuffled_even", "supervised_loss", "to_device"]
+           "padded_rows", "shuffled", "shuffled_even", "supervised_loss"]
