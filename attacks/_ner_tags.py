@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from rapt_audit.api.types import Span
 
@@ -104,7 +104,7 @@ def iob_labels(types: Iterable[str]) -> list[str]:
     return ["O"] + [f"{p}-{t}" for t in sorted(set(types)) for p in "BI"]
 
 
-def spacy_spans(doc) -> list[Span]:  # noqa: ANN001 - spacy.tokens.Doc
-    """CoNLL-typed character spans of a spaCy ``doc``'s entities (unmapped labels dropped)."""
-    return [Span(e.start_char, e.end_char, SPACY_TO_CONLL[e.label_]) for e in doc.ents
-            if e.label_ in SPACY_TO_CONLL and e.end_char > e.start_char]
+def spacy_spans(mentions: Iterable[Sequence[Any]]) -> list[Span]:
+    """CoNLL-typed character spans of spaCy's ``(label, start, end)`` entities (unmapped labels dropped)."""
+    return [Span(start, end, SPACY_TO_CONLL[label]) for label, start, end in mentions
+            if label in SPACY_TO_CONLL and end > start]

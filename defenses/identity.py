@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
 from rapt_audit.api.plugins import DEFENSES
-from rapt_audit.api.types import Estimate, Record, Release
+from rapt_audit.api.types import Estimate, Record, Release, pair_text
 from rapt_audit.defenses._customization import Customized
 from rapt_audit.pipeline.context import RunContext
-from rapt_audit.utility.probes import bow_probe_utility, pair_text, require_labels
+from rapt_audit.utility.probes import bow_probe_utility, require_labels
 
 
 @DEFENSES.register("identity", tags=("baseline", "text"))

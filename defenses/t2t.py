@@ -11,7 +11,8 @@ from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.defenses._text import TextDefense
 from rapt_audit.mechanisms.calibration import ReplacementCount
-from rapt_audit.mechanisms.engines import tagger, token_engine, word_engine
+from rapt_audit.mechanisms.analyses import words
+from rapt_audit.mechanisms.engines import token_engine, word_engine
 from rapt_audit.mechanisms.privatize import check_unk_policy
 from rapt_audit.pipeline.context import RunContext
 
@@ -39,10 +40,9 @@ class T2TDefense(TextDefense):
             out, _, count = token_engine(ctx).privatize_texts(texts, eta=eta, rng=rng, unk_policy=self.unk_policy)
             return out, count
         # Word level: spaCy's tokenizer gives word boundaries (no tagging needed).
-        nlp = tagger(ctx)
-        docs = [nlp.make_doc(t) for t in texts]
-        words = [tok.text for doc in docs for tok in doc if not tok.is_space]
-        released, count = word_engine(ctx, "word").privatize_words(words, ["word"] * len(words), eta=eta, rng=rng)
+        rows = words(ctx, texts)
+        units = [word for row in rows for word, _ in row if not word.isspace()]
+        released, count = word_engine(ctx, "word").privatize_words(units, ["word"] * len(units), eta=eta, rng=rng)
         it = iter(released)
-        out = ["".join((tok.text if tok.is_space else next(it)) + tok.whitespace_ for tok in doc) for doc in docs]
+        out = ["".join((word if word.isspace() else next(it)) + space for word, space in row) for row in rows]
         return out, count

@@ -19,7 +19,7 @@ from rapt_audit.api.types import AttackerData, Record, Release, Skip, Span
 from rapt_audit.attacks._ner_tags import iob_labels, spans_to_tags, tags_to_entities, tags_to_spans, tokenize_words
 from rapt_audit.data import SplitSizes, load_dataset, make_splits
 from rapt_audit.pipeline.context import RunContext
-from rapt_audit.scoring.classification import macro_f1
+from rapt_audit.scoring.classification import accuracy_estimate, label_scores, macro_f1
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -284,6 +284,20 @@ def test_macro_f1_matches_sklearn():
     y_true, y_pred = rng.integers(-1, 5, size=200), rng.integers(0, 4, size=200)  # -1: a value never seen
     expected = f1_score(y_true, y_pred, labels=list(range(6)), average="macro", zero_division=0)
     assert macro_f1(y_pred, y_true, n_classes=6) == pytest.approx(expected, abs=1e-12)
+
+
+def test_accuracy_keeps_each_record_outcome_and_macro_f1_none():
+    rng = np.random.default_rng(3)
+    truth = rng.integers(0, 3, size=157)
+    predicted = np.where(rng.random(157) < 0.7, truth, rng.integers(0, 3, size=157))
+    est = accuracy_estimate(predicted, truth, rng=np.random.default_rng(0))
+    parts = est.per_record
+    assert parts is not None and len(parts) == 157
+    assert parts.num == tuple((predicted == truth).astype(float)) and set(parts.den) == {1.0}
+    assert sum(parts.num) / sum(parts.den) == est.value == np.mean(predicted == truth)
+    scores = label_scores(predicted, truth, rng=np.random.default_rng(0))
+    assert scores["accuracy"].per_record == parts  # the same outcomes through the utility entry point
+    assert scores["macro_f1"].per_record is None  # not a ratio of per-record sums: nothing to pair
 
 
 def test_attribute_skips_without_the_attribute(splits, identity, mctx):

@@ -367,3 +367,28 @@ def test_provided_takes_a_list_or_the_images_freeze_file(tmp_path: Path):
     freeze.write_text("# pip list --format=freeze\ntorch==2.5.1+cu124\nrequests==2.32.3\n-e /src/x\n\npydantic>=2\n")
     assert provided_names(str(freeze)) == ["torch", "requests", "pydantic"]
     assert provided_names("numpy, scipy") == ["numpy", "scipy"] and provided_names(None) is None
+
+
+def test_a_bundle_without_spacy_ships_the_runs_analyses_into_the_cache(tmp_path, tiny_model, fake_wheels, tiny_data,
+                                                                       monkeypatch):
+    monkeypatch.setattr(bundle_mod, "resolve_model_path", lambda spec: str(tiny_model))
+    out = tmp_path / "bundle"  # the session's cache: the vocabulary lexicon is tagged once per session
+    cmd_bundle(bundle_args("--out", str(out), "--python", PY, "--wheels-from", str(fake_wheels), "--preset", "0",
+                           "--no-spacy", "--", "run", "--defense", "pct2t", "--attacks", "random_guess", "--dataset",
+                           "sst2", "--profile", "smoke", "--data-dir", str(tiny_data)))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "--no-spacy" in manifest["pack_command"] and manifest["analyses"]["piece"] == "analyses.tar.xz"
+    assert manifest["analyses"]["texts"] == 60  # sst2's distinct sentences; no public text (no calibration)
+    packed = members(out / "analyses.tar.xz")
+    pack = json.loads(packed["analyses/packed/spacy-analyses.json"])
+    assert {"".join(w + s for w, s, _ in row) for row in pack["tags"]} == {
+        line.split("\t")[0].rstrip() for line in (tiny_data / "sst2" / "train.tsv").read_text().splitlines()[1:]}
+    assert [name for name in packed if name.startswith("pos/words-")]  # the vocabulary lexicon
+    requires = members(out / "rapt_audit.tar.xz")["rapt_audit-0.1.0.dist-info/METADATA"].decode()
+    assert "Requires-Dist: seqeval" in requires and "spacy" not in requires  # checked there: spaCy not required
+    work = tmp_path / "work"
+    target.install(out, manifest, work, target.Log(tmp_path / "log.txt"))
+    assert (work / "cache" / "analyses" / "packed" / "spacy-analyses.json").is_file()
+    with pytest.raises(UsageError, match="not a run"):
+        bundle_mod.pack(out=tmp_path / "b2", command=["report", "x"], configs=[], no_spacy=True,
+                        wheels_from=fake_wheels, python=PY, dry_run=True)

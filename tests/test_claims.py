@@ -6,13 +6,17 @@ import json
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from rapt_audit.api.types import AttackResult, PerRecord
 from rapt_audit.cli.main import main
+from rapt_audit.pipeline.result_schema import validate_result_document
+from rapt_audit.pipeline.results import RunResult
 from rapt_audit.reporting import claims
 from rapt_audit.reporting.collect import Loaded
 from rapt_audit.reporting.summary import group_results
+from rapt_audit.scoring.classification import accuracy_estimate
 from tests.result_factory import fake_result, write_sweep
 
 
@@ -92,6 +96,41 @@ def test_single_runs_with_per_record_outcomes_are_compared_paired():
     c = with_records(fake_result(defense="pct2t", eta=50, privacy={"whitebox": 0.5}), [1 - h for h in hits])
     (d,) = claims.equally_private(_groups(a, c)).differences
     assert d.method == "paired" and d.value == 0.0 and d.high - d.low > 0.1  # same mean, other records
+
+
+def _scored(defense: str, correct: np.ndarray, *, seed: int = 0) -> dict:
+    """A result document whose accuracy is scored on 400 records as the runner scores it."""
+    truth = np.zeros(len(correct), int)
+    accuracy = accuracy_estimate(np.where(correct, truth, 1), truth, rng=np.random.default_rng(seed))
+    result = fake_result(defense=defense, eta=50, accuracy=accuracy.value, seed=seed)
+    return replace(result, utility={"accuracy": accuracy}).to_dict()
+
+
+def test_utility_of_single_runs_over_the_same_records_is_compared_paired():
+    # PCT2T gets right every record T2T gets right and 30 more: outcomes positively correlated.
+    t2t = np.arange(400) < 240
+    pct2t = np.arange(400) < 270
+    docs = [_scored("t2t", t2t), _scored("pct2t", pct2t)]
+    for doc in docs:
+        validate_result_document(doc, "result.json")
+    (paired,) = claims.utility_higher(_groups(*map(RunResult.from_dict, docs)), "pct2t", "t2t").differences
+    assert paired.method == "paired" and "(paired)" in paired.text()
+    assert paired.value == pytest.approx(30 / 400) and paired.low > 0
+    # The same files as written before accuracy kept its outcomes: they load and compare unpaired.
+    for doc in docs:
+        del doc["utility"]["accuracy"]["per_record"]
+        validate_result_document(doc, "old/result.json")
+    (unpaired,) = claims.utility_higher(_groups(*map(RunResult.from_dict, docs)), "pct2t", "t2t").differences
+    assert unpaired.method == "unpaired" and unpaired.value == paired.value
+    # Only the 30 records whose outcome changed move the paired difference: a much narrower interval.
+    assert paired.high - paired.low < 0.6 * (unpaired.high - unpaired.low)
+
+
+def test_runs_of_other_seeds_hold_other_records_and_are_not_paired():
+    correct = np.arange(400) < 240
+    docs = [_scored("t2t", correct, seed=0), _scored("pct2t", correct, seed=1)]
+    (d,) = claims.utility_higher(_groups(*map(RunResult.from_dict, docs)), "pct2t", "t2t").differences
+    assert d.method == "unpaired"  # same lengths, but seed 1 split other victim-test records
 
 
 def test_cli_prints_markdown_and_json(tmp_path, capsys):

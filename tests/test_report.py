@@ -13,7 +13,7 @@ import pytest
 from rapt_audit.cli import main
 from rapt_audit.pipeline.results import write_result
 from rapt_audit.reporting.pareto import Point, dominates, pareto_front
-from tests.result_factory import SIG_B, fake_result, t2t_sweep
+from tests.result_factory import SIG_B, fake_result, t2t_sweep, write_sweep
 
 # ---------------------------------------------------------------- Pareto frontier on hand-made points
 
@@ -143,6 +143,17 @@ def test_pareto_figure_marks_the_frontier(tmp_path):
     assert [r.no_privacy for r in group.rows] == [False, False, False, True]
 
 
+def test_a_figure_rendered_twice_is_the_same_file(tmp_path):
+    """Re-rendering a committed report from the same results must not churn its figures (SVG clip ids)."""
+    from rapt_audit.reporting.collect import collect
+    from rapt_audit.reporting.figures import pareto_figure
+    from rapt_audit.reporting.summary import group_results
+
+    group = group_results(collect([t2t_sweep(tmp_path / "r")]).results)[0]
+    first, second = (pareto_figure(group, "whitebox", "accuracy", stem="f") for _ in range(2))
+    assert "clip-path" in first.svg.decode() and first.svg == second.svg
+
+
 def test_synthetic_results_carry_a_prominent_warning(tmp_path):
     runs = t2t_sweep(tmp_path / "runs", synthetic=True)
     out = tmp_path / "r.html"
@@ -244,6 +255,43 @@ def test_calibration_documents_are_reported(tmp_path):
     assert "Calibration documents" in html and "Plausible deniability" in html
     assert (tmp_path / "r-figures" / "cal1-deniability.svg").is_file()
     assert (tmp_path / "r-figures" / "cal1-replacement.png").is_file()
+
+
+def _claims_section(page: str) -> str:
+    start = page.index("<section class='claims' id='claims'>")
+    return page[start:page.index("</section>", start)]
+
+
+def test_seed_claims_section_shows_each_verdict_with_its_numbers_escaped(tmp_path):
+    """t2t and pct2t at η = 25 and 75: pct2t more accurate (supported), not equally private at η = 75 (refuted)."""
+    odd = "<i>odd</i>&"  # an attack name with markup: it reaches the comparison labels
+    cells = {f"{d}-{eta}": fake_result(defense=d, eta=eta, accuracy=0.6 if d == "t2t" else 0.8,
+                                       privacy={"whitebox": whitebox, odd: 0.4})
+             for d, eta, whitebox in (("t2t", 25, 0.8), ("t2t", 75, 0.5), ("pct2t", 25, 0.8), ("pct2t", 75, 0.6))}
+    out = tmp_path / "r.html"
+    assert main(["report", str(write_sweep(tmp_path / "runs", cells)), "--out", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "<a href='#claims'>seed claims</a>" in page
+    section = _claims_section(page)
+    # Accuracy 0.8 − 0.6, each ± 0.02 (95 %): 1.96 · √2 · 0.02 / 1.96 = 0.028 either side, from two intervals.
+    utility = section[section.index("<h3>PCT2T &gt; T2T in utility"):]
+    assert utility.startswith("<h3>PCT2T &gt; T2T in utility <span class='status supported'>supported</span></h3>")
+    assert ("<tr><td>η=25: pct2t − t2t</td><td class='num'><b>+0.200</b></td><td class='num'>[+0.172, +0.228]</td>"
+            "<td>unpaired</td></tr>") in utility
+    assert "significantly higher in 2 of 2 comparisons; against it in 0" in utility
+    privacy = section[section.index("<h3>T2T ≈ PCT2T in privacy"):]
+    assert privacy.startswith("<h3>T2T ≈ PCT2T in privacy (margin ±0.05) <span class='status not-supported'>")
+    assert "<td>η=75, whitebox: pct2t − t2t</td><td class='num'><b>+0.100</b></td>" in privacy
+    assert "interval inside ±0.05 in 3 of 4 comparisons; against it in 1" in privacy
+    # The odd attack is as private at both η: privacy rising is then neither shown nor refuted.
+    assert "<h3>privacy rises as η falls <span class='status inconclusive'>inconclusive</span></h3>" in section
+    # The three claims without a comparison: one line each with the reason, no table.
+    assert section.count("<table class='claim'>") == 3
+    missing = section[section.index("<ul class='not-evaluable'>"):]
+    assert "<li>the reconstruction head helps utility <span class='status not-evaluable'>not evaluable</span>: " \
+           "the results hold no comparison for this claim</li>" in missing
+    assert "no attack measured both rapt and cape or dpnr with utility in one comparable group" in missing
+    assert "t2t, &lt;i&gt;odd&lt;/i&gt;&amp;: η=25 − η=75" in section and "<i>odd</i>" not in page
 
 
 # ---------------------------------------------------------------- a real headless Chromium

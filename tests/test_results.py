@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from rapt_audit.api.errors import ResultError
-from rapt_audit.api.types import AttackResult, Estimate, Skip
+from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.types import AttackResult, Estimate, PerRecord, Skip
 from rapt_audit.cli import main
 from rapt_audit.pipeline.result_schema import result_schema, validate_result_document
 from rapt_audit.pipeline.results import SCHEMA, RunResult, read_result, write_result
@@ -140,6 +141,28 @@ def test_schema_allows_per_record_parts():
         validate_result_document(doc, "r.json")
 
 
+def test_accuracy_keeps_its_outcomes_with_unit_denominators_written_once(tmp_path):
+    outcomes = np.array([1, 0, 1, 1, 0, 1, 1, 1], float)
+    accuracy = bootstrap_mean(outcomes, rng=np.random.default_rng(0), resamples=50)
+    macro = Estimate(0.7, 0.5, 0.9, 8, "bootstrap-percentile")
+    tokens = bootstrap_mean([0.5, 0.25], weights=[2, 4], rng=np.random.default_rng(0), resamples=50)
+    result = replace(fake_result(), utility={"accuracy": accuracy, "macro_f1": macro},
+                     attacks={"whitebox": AttackResult(tokens, {})})
+    write_result(result, tmp_path)
+    doc = json.loads((tmp_path / "result.json").read_text())
+    assert doc["utility"]["accuracy"]["per_record"] == {"num": [1, 0, 1, 1, 0, 1, 1, 1], "den": 1}
+    assert "per_record" not in doc["utility"]["macro_f1"]
+    assert doc["attacks"]["whitebox"]["empirical_privacy"]["per_record"]["den"] == [2, 4]  # unequal: a list
+    assert read_result(tmp_path).utility["accuracy"].per_record == accuracy.per_record
+    # A file written before the one-number form (a list of ones) reads back to the same parts.
+    doc["utility"]["accuracy"]["per_record"]["den"] = [1] * 8
+    validate_result_document(doc, "old.json")
+    assert RunResult.from_dict(doc).utility["accuracy"].per_record == PerRecord(tuple(outcomes), (1.0,) * 8)
+    doc["utility"]["accuracy"]["per_record"]["den"] = -1
+    with pytest.raises(ResultError, match=r"accuracy\.per_record\.den"):
+        validate_result_document(doc, "r.json")
+
+
 def _set(doc: dict, path: str, value: object) -> None:
     *parents, last = path.split("/")
     for key in parents:
@@ -214,3 +237,17 @@ def test_schema_check_is_loaded_lazily():
             "assert 'jsonschema' not in sys.modules, 'jsonschema imported at import time'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_json_files_keep_lists_of_numbers_on_one_line(tmp_path: Path):
+    document = {"per_record": {"num": [0, 1, 1.5], "den": 1}, "labels": ["a", "b"], "nested": [[1, 2], []],
+                "flags": [True, False], "tricky": "\u0000 0 \u0000 looks like nothing special"}
+    path = tmp_path / "doc.json"
+    write_json_atomic(path, document)
+    text = path.read_text(encoding="utf-8")
+    assert json.loads(text) == document
+    assert '"num": [0, 1, 1.5]' in text and "[1, 2]" in text  # one line each
+    assert '"labels": [\n' in text and '"flags": [\n' in text  # other lists as before, one item a line
+    with pytest.raises(ValueError):
+        write_json_atomic(path, {"num": [1.0, float("nan")]})
+    assert json.loads(path.read_text(encoding="utf-8")) == document  # the refused write left the file whole

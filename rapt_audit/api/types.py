@@ -75,6 +75,11 @@ class Record:
                 raise ValueError(f"record {self.uid}: entity span {span} runs past the end of the text")
 
 
+def pair_text(text: str, pair: str | None) -> str:
+    """One string for a single text or a text pair (pair tasks are joined with a separator)."""
+    return text if pair is None else f"{text} ||| {pair}"
+
+
 @dataclass(frozen=True)
 class Release:
     """What the adversary observes for a batch of records, in the records' order.
@@ -168,14 +173,22 @@ class PerRecord:
         """The parts of ``1 − value``: each record's ``den − num`` over the same ``den``."""
         return PerRecord(tuple(d - n for n, d in zip(self.num, self.den)), self.den)
 
-    def to_dict(self) -> dict[str, list[float | int]]:
-        """Plain-JSON form (two lists of numbers)."""
-        return {"num": [_compact(v) for v in self.num], "den": [_compact(v) for v in self.den]}
+    def to_dict(self) -> dict[str, list[float | int] | float | int]:
+        """Plain-JSON form: two lists of numbers, ``den`` as one number when every record shares it.
+
+        An accuracy or a plain mean has a denominator of 1 for every record; writing it once halves
+        what a result file spends on these parts (each number takes a line of the indented file).
+        """
+        num = [_compact(v) for v in self.num]
+        if self.den and all(d == self.den[0] for d in self.den):
+            return {"num": num, "den": _compact(self.den[0])}
+        return {"num": num, "den": [_compact(v) for v in self.den]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PerRecord:
-        """Inverse of :meth:`to_dict`."""
-        return cls(tuple(data["num"]), tuple(data["den"]))
+        """Inverse of :meth:`to_dict` (``den`` a list, or one number shared by every record)."""
+        den = data["den"]
+        return cls(tuple(data["num"]), (den,) * len(data["num"]) if isinstance(den, (int, float)) else tuple(den))
 
 
 @dataclass(frozen=True)
@@ -223,7 +236,8 @@ class Estimate:
         """Plain-JSON form used in ``result.json``.
 
         ``per_record=True`` adds the per-record parts when they were kept. Results store them for the
-        privacy measures the regression gate compares, not for every number (they grow with the data).
+        privacy measures the regression gate compares and the task accuracy the claims compare, not
+        for every number (they grow with the data).
         """
         out: dict[str, Any] = {"value": self.value, "ci_low": self.ci_low, "ci_high": self.ci_high,
                                "n": self.n, "method": self.method, "level": self.level}

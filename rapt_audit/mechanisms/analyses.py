@@ -1,4 +1,4 @@
-"""spaCy's analyses of clean texts (POS tags, named entities), computed once per set of texts and cached.
+"""spaCy's analyses of clean texts (POS tags, words, named entities), computed once per set of texts and cached.
 
 Neither the tags PCT2T reads nor the entities the verbatim accounting counts depend on η, the seed
 or the defense: every cell of a sweep (η × seed × defense) and every adaptive attacker analyses the
@@ -11,42 +11,47 @@ Only an audit stores them (:attr:`RunContext.cache_analyses
 writes a user's text to disk. Tags are stored as spaCy produced them (Penn Treebank), so a change of
 our PTB→UPOS mapping never reads stale categories. An entry that cannot be read, or does not
 rebuild its own texts exactly, is recomputed with a warning; one that cannot be written leaves the
-analysis in memory (:func:`rapt_audit.api.files.write_cache_json_gz`).
+analysis in memory (:func:`rapt_audit.api.files.write_cache_json_gz`). On a miss, the texts are looked
+up in a pack of analyses when the cache holds one (:mod:`rapt_audit.mechanisms.analysis_pack`), which
+is how a machine without spaCy runs; only then is spaCy loaded.
 """
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rapt_audit.api.files import read_cache_json_gz, write_cache_json_gz
+from rapt_audit.mechanisms import analysis_pack
+from rapt_audit.mechanisms.analysis_pack import texts_digest
 from rapt_audit.mechanisms.engines import tagger
-from rapt_audit.mechanisms.pos import TaggedWord, entity_mentions, ptb_tags, spacy_version_key, upos_of
+from rapt_audit.mechanisms.pos import TaggedWord, entity_docs, ptb_tags, upos_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.pipeline.context import RunContext
 
-__all__ = ["analysis_path", "pos_tags", "text_entities", "texts_digest"]
+__all__ = ["analysis_path", "entity_spans", "pos_tags", "spacy_entity_spans", "spacy_tags", "text_entities", "words"]
 
-#: Bumped whenever what an entry holds, or how spaCy is configured to produce it, changes.
-FORMAT = "rapt-audit/spacy-analysis/1"
-
-
-def texts_digest(texts: Sequence[str]) -> str:
-    """sha256 of the texts in order (each length-prefixed, so no two lists share a digest by concatenation)."""
-    digest = hashlib.sha256()
-    for text in texts:
-        data = text.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    return digest.hexdigest()
+#: Bumped whenever what an entry holds, or how spaCy is configured to produce it, changes
+#: (2: entities are ``[label, start, end]`` character spans, so silver NER references read them too).
+FORMAT = "rapt-audit/spacy-analysis/2"
 
 
 def analysis_path(ctx: RunContext, kind: str, texts: Sequence[str]) -> Path:
     """Where the ``kind`` analysis of ``texts`` is cached."""
-    return ctx.cache_dir / "analyses" / f"{kind}-{spacy_version_key()}-{texts_digest(texts)[:40]}.json.gz"
+    key = analysis_pack.tagger_key(ctx)  # the format's number too: an older entry is not a damaged one
+    return ctx.cache_dir / "analyses" / f"{kind}-{key}-{FORMAT[-1]}-{texts_digest(texts)[:40]}.json.gz"
+
+
+def spacy_tags(nlp: Any, texts: Sequence[str]) -> list[list[list[str]]]:
+    """``[word, trailing whitespace, PTB tag]`` of each word of each text (the rows of the ``tags`` analysis)."""
+    return [[list(token) for token in row] for row in ptb_tags(nlp, texts)]
+
+
+def spacy_entity_spans(nlp: Any, texts: Sequence[str]) -> list[list[list[Any]]]:
+    """``[label, start, end]`` (characters) of each entity spaCy's NER finds (the rows of ``entities``)."""
+    return [[[e.label_, e.start_char, e.end_char] for e in doc.ents] for doc in entity_docs(nlp, texts)]
 
 
 def pos_tags(ctx: RunContext, texts: Sequence[str]) -> list[list[TaggedWord]]:
@@ -55,8 +60,8 @@ def pos_tags(ctx: RunContext, texts: Sequence[str]) -> list[list[TaggedWord]]:
     The same as :func:`rapt_audit.mechanisms.pos.tag_texts` with the run's tagger.
     """
 
-    def compute() -> list[list[tuple[str, str, str]]]:
-        return ptb_tags(tagger(ctx), texts)
+    def compute() -> list[list[list[str]]]:
+        return spacy_tags(tagger(ctx), texts)
 
     def valid(rows: list[Any]) -> bool:  # the words must rebuild their own text exactly
         return all(isinstance(row, list) and "".join(w[0] + w[1] for w in row) == text
@@ -66,41 +71,73 @@ def pos_tags(ctx: RunContext, texts: Sequence[str]) -> list[list[TaggedWord]]:
     return [[TaggedWord(text, space, upos_of(text, tag)) for text, space, tag in row] for row in rows]
 
 
+def words(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Each text's words (spaCy's tokenizer: no tagging) with their trailing whitespace."""
+
+    def compute() -> list[list[list[str]]]:
+        nlp = tagger(ctx)
+        return [[[t.text, t.whitespace_] for t in nlp.make_doc(text)] for text in texts]
+
+    def valid(rows: list[Any]) -> bool:
+        return all(isinstance(row, list) and "".join(w[0] + w[1] for w in row) == text
+                   for row, text in zip(rows, texts))
+
+    return [[(word, space) for word, space in row] for row in _cached(ctx, "words", texts, compute, valid)]
+
+
+def entity_spans(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str, int, int]]]:
+    """``(spaCy label, start, end)`` character spans of each named entity spaCy's NER finds in each text."""
+
+    def compute() -> list[list[list[Any]]]:
+        return spacy_entity_spans(tagger(ctx), texts)
+
+    def valid(rows: list[Any]) -> bool:  # every mention a [label, start, end] inside its text
+        return all(isinstance(row, list) and all(
+            isinstance(m, list) and len(m) == 3 and isinstance(m[0], str) and 0 <= m[1] <= m[2] <= len(text)
+            for m in row) for row, text in zip(rows, texts))
+
+    return [[(label, start, end) for label, start, end in row]
+            for row in _cached(ctx, "entities", texts, compute, valid)]
+
+
 def text_entities(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
     """``(type, text)`` of each named entity spaCy finds in each text.
 
     The same as :func:`rapt_audit.mechanisms.pos.entity_mentions` with the run's pipeline.
     """
-
-    def compute() -> list[list[tuple[str, str]]]:
-        return entity_mentions(tagger(ctx), texts)
-
-    def valid(rows: list[Any]) -> bool:  # every mention a (type, text) pair whose text occurs in its text
-        return all(isinstance(row, list) and all(isinstance(m, list) and len(m) == 2 and m[1] in text for m in row)
-                   for row, text in zip(rows, texts))
-
-    return [[(label, text) for label, text in row] for row in _cached(ctx, "entities", texts, compute, valid)]
+    return [[(label, text[start:end]) for label, start, end in row]
+            for row, text in zip(entity_spans(ctx, texts), texts)]
 
 
 def _cached(ctx: RunContext, kind: str, texts: Sequence[str], compute: Callable[[], list[Any]],
             valid: Callable[[list[Any]], bool]) -> list[Any]:
     """``compute()`` (one row per text, stored as JSON: tuples come back as lists), read from or stored in
-    the cache when the run caches analyses."""
-    if not ctx.cache_analyses or not texts:
-        return compute()
-    path = analysis_path(ctx, kind, texts)
-    rows = _read(path, len(texts))
-    try:
-        if rows is not None and valid(rows):
+    the cache when the run caches analyses; on a miss, read from a pack of analyses when the cache
+    holds one (:mod:`rapt_audit.mechanisms.analysis_pack`: how a machine without spaCy runs)."""
+    if not texts:
+        return []
+    path = analysis_path(ctx, kind, texts) if ctx.cache_analyses else None
+    if path is not None:
+        rows = _read(path, len(texts))
+        if _usable(rows, valid):
             return rows
-    except (TypeError, IndexError, ValueError):  # an entry of the right shape holding values of the wrong types
-        pass
-    if rows is not None or path.exists():
-        warnings.warn(f"the cached spaCy {kind} in {path} do not match their texts; analysing them again",
-                      stacklevel=3)
-    rows = compute()
-    write_cache_json_gz(path, {"format": FORMAT, "kind": kind, "n": len(texts), "rows": rows})
+        if rows is not None or path.exists():
+            warnings.warn(f"the cached spaCy {kind} in {path} do not match their texts; analysing them again",
+                          stacklevel=3)
+    rows = analysis_pack.lookup(ctx, kind, texts)
+    if not _usable(rows, valid):
+        rows = compute()
+    if path is not None:
+        write_cache_json_gz(path, {"format": FORMAT, "kind": kind, "n": len(texts), "rows": rows})
     return rows
+
+
+def _usable(rows: list[Any] | None, valid: Callable[[list[Any]], bool]) -> bool:
+    """Whether ``rows`` exist and describe their texts."""
+    try:
+        return rows is not None and valid(rows)
+    except (TypeError, IndexError, ValueError):  # rows of the right shape holding values of the wrong types
+        return False
 
 
 def _read(path: Path, n: int) -> list[Any] | None:

@@ -3,13 +3,15 @@ and by adaptive attackers that re-run the mechanism on their own data)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rapt_audit.encoder.vocab import EmbeddingSpace, embedding_space
+from rapt_audit.mechanisms.analysis_pack import tagger_key, texts_digest
 from rapt_audit.mechanisms.nn_search import nearest_index, vocabulary_index
-from rapt_audit.mechanisms.pos import load_tagger, spacy_version_key, vocabulary_lexicon
+from rapt_audit.mechanisms.pos import load_tagger, vocabulary_lexicon
 from rapt_audit.mechanisms.privatize import TokenEngine, WordEngine
 
 if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and hands it down
@@ -35,14 +37,24 @@ def pos_groups(ctx: RunContext) -> dict[str, np.ndarray]:
 
     def build() -> dict[str, np.ndarray]:
         space = embedding_space(ctx)
-        words = [t for t, cont in zip(space.tokens, space.is_continuation) if not cont]
-        cache = ctx.cache_dir / "pos" / f"{space.model_fingerprint[:16]}-{spacy_version_key()}.json"
-        lexicon = vocabulary_lexicon(lambda: tagger(ctx), words, cache_file=cache)
+        lexicon = vocabulary_lexicon(lambda: tagger(ctx), lexicon_words(space), cache_file=lexicon_file(ctx))
         row_of = {token: row for row, token in enumerate(space.tokens)}
         return {category: np.array([row_of[w] for w in members if w in row_of], dtype=np.int64)
                 for category, members in lexicon.items()}
 
     return ctx.shared(("pos_groups", ctx.model), build)
+
+
+def lexicon_words(space: EmbeddingSpace) -> list[str]:
+    """The vocabulary entries the POS lexicon tags: whole-word regular tokens."""
+    return [t for t, cont in zip(space.tokens, space.is_continuation) if not cont]
+
+
+def lexicon_file(ctx: RunContext) -> Path:
+    """Where the run's POS lexicon is cached: keyed by the words tagged, not the model, so a bundle's
+    fp16-restored model (another fingerprint, the same vocabulary) reads the lexicon packed for the original."""
+    words = lexicon_words(embedding_space(ctx))
+    return ctx.cache_dir / "pos" / f"words-{texts_digest(words)[:16]}-{tagger_key(ctx)}.json"
 
 
 def whole_word_rows(space: EmbeddingSpace) -> np.ndarray:

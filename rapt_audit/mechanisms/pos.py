@@ -13,7 +13,7 @@ VERB only (auxiliaries are function words); ``conjunction`` is CCONJ + SCONJ.
 
 The candidate lexicon of a category (the words a perturbed word may become) is built from the
 model's vocabulary, never from the data being protected: every whole-word regular token is tagged
-in isolation and put in the category of its tag. It is cached on disk by model fingerprint and
+in isolation and put in the category of its tag. It is cached on disk by the words tagged and
 tagger version.
 """
 

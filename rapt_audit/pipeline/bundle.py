@@ -9,6 +9,9 @@
 ``wheels.tar.xz``      19.6    the contents of the wheels the GPU image lacks (spaCy, en_core_web_sm,
                                thinc and companions, seqeval, jsonschema), trimmed (:mod:`.bundle_wheels`)
 ``data.tar.xz``        1.7     only the data files the run reads (:mod:`.bundle_pieces`)
+``analyses.tar.xz``            with ``--no-spacy`` only: spaCy's analyses of every text the run reads and the
+                               vocabulary lexicon, made here (:mod:`.bundle_analyses`); the wheels then lack
+                               spaCy, its model and companions (about 19 MiB less), and ``ner_spacy`` is skipped
 ``rapt_audit.tar.xz``  0.2     this package's source, installed layout
 ``unbundle.py``                the target side (:mod:`.bundle_target`), which ``run.sh`` runs
 ``manifest.json``              every piece's sha256 and size, the command, both model fingerprints, versions
@@ -28,18 +31,20 @@ import json
 import platform
 import shlex
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.files import write_atomic
 from rapt_audit.api.version import __version__
 from rapt_audit.encoder.models import ALIASES, resolve_model_path, weights_fingerprint
-from rapt_audit.pipeline import bundle_target, bundle_wheels
+from rapt_audit.pipeline import bundle_analyses, bundle_target, bundle_wheels
 from rapt_audit.pipeline.bundle_pieces import (
     Member,
     clock,
@@ -71,7 +76,8 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
          python: str = "3.12", wheels_from: Path | None = None, include: Sequence[str] = (),
          provided: Sequence[str] | None = None, data: Sequence[str] | None = None,
          max_mib: float = DEFAULT_MAX_MIB, preset: str = "9e", strip: bool = True, force: bool = False,
-         pack_command: str = "rapt-audit bundle", dry_run: bool = False, log: Callable[[str], None] = print) -> dict:
+         pack_command: str = "rapt-audit bundle", dry_run: bool = False, no_spacy: bool = False,
+         log: Callable[[str], None] = print) -> dict:
     """Write the bundle for ``rapt-audit COMMAND`` into ``out``; returns its manifest.
 
     Args:
@@ -91,6 +97,7 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
         pack_command: How this bundle was made, repeated in messages on the target.
         dry_run: Print what would be packed (model, distributions, data files) and return ``{}``: nothing
             is downloaded, compressed or written.
+        no_spacy: Ship spaCy's analyses of the run's texts (made here) instead of spaCy and its model.
 
     Raises:
         UsageError: for bad options or an existing ``out``.
@@ -104,13 +111,22 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
     model_dir = Path(model_dir or resolve_model_path(spec))
     data_dir, datasets = resolve_data(configs, data)
     data_files, listing = data_members(datasets, data_dir) if datasets else ([], {})
-    dists = _distributions(python=python, wheels_from=wheels_from, include=include, provided=provided)
+    if no_spacy and not configs:
+        raise UsageError("--no-spacy packs spaCy's analyses of the texts a `run` reads; the command after -- is not a "
+                         "run, so pack it with spaCy (leave out --no-spacy)")
+    needed = bundle_wheels.NEEDED_WITHOUT_SPACY if no_spacy else bundle_wheels.NEEDED
+    dists = _distributions(python=python, wheels_from=wheels_from, include=include, provided=provided, needed=needed)
     if dry_run:
-        log(_plan(command, model_dir, python, dists, datasets, data_files, max_mib))
+        texts = bundle_analyses.texts_to_pack(configs, datasets, data_dir) if no_spacy else None
+        log(_plan(command, model_dir, python, dists, datasets, data_files, max_mib, texts))
         return {}
     wheels = (bundle_wheels.wheels_in(Path(wheels_from), python) if wheels_from is not None else bundle_wheels.fetch(
         dists, python=python, cache=default_cache_dir() / "bundle-wheels" / f"cp{python.replace('.', '')}", log=log))
     staged = bundle_wheels.stage(wheels, strip=strip, log=log)
+    analyses, analyses_facts = [], None
+    if no_spacy:
+        with tempfile.TemporaryDirectory(prefix="rapt-audit-analyses-") as staging:
+            analyses, analyses_facts = bundle_analyses.build(configs, datasets, data_dir, staging=Path(staging), log=log)
     model_members, low, model_facts = encode_model(model_dir)
     log(f"staged in {elapsed()} s; compressing (xz preset {preset})")
     partial = out.parent / f".{out.name}.partial"
@@ -118,10 +134,11 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
     partial.mkdir(parents=True)
     try:
         pieces = _write_pieces(partial, level=level, model=model_members, low=low, staged=staged,
-                               data=data_files, rapt=package_members(project_requirements()))
+                               data=data_files, rapt=package_members(_requirements(no_spacy)), analyses=analyses)
         manifest = _manifest(pieces, command=command, python=python, pack_command=pack_command, staged=staged,
                              model_dir=model_dir, model_facts=model_facts, datasets=datasets, listing=listing,
-                             data_dir=data_dir, provided=provided, max_mib=max_mib, seconds=elapsed())
+                             data_dir=data_dir, provided=provided, max_mib=max_mib, seconds=elapsed(),
+                             analyses=analyses_facts)
         manifest["total_bytes"] = 0
         for _ in range(5):  # the manifest states the folder's total, its own size included: settle the digits
             _write_scripts(partial, manifest)
@@ -154,22 +171,33 @@ def _model_spec(configs: Sequence[RunConfig]) -> str:
     return "minilm"
 
 
+def _requirements(no_spacy: bool) -> list[str]:
+    """rapt-audit's requirements as its packed metadata states them (the target checks each): without
+    spaCy and its model when the bundle carries their analyses instead."""
+    left_out = set(bundle_wheels.NEEDED) - set(bundle_wheels.NEEDED_WITHOUT_SPACY) if no_spacy else set()
+    return [r for r in project_requirements() if canonicalize_name(Requirement(r).name) not in left_out]
+
+
 def _distributions(*, python: str, wheels_from: Path | None, include: Sequence[str],
-                   provided: Sequence[str] | None) -> list[tuple[str, str]]:
+                   provided: Sequence[str] | None, needed: Sequence[str]) -> list[tuple[str, str]]:
     """``(name, version)`` to ship: the wheels of ``--wheels-from``, else the closure of what the image lacks."""
     if wheels_from is not None:
         return [bundle_wheels.wheel_name(w)[:2] for w in bundle_wheels.wheels_in(Path(wheels_from), python)]
     stock = bundle_wheels.STOCK if provided is None else frozenset(canonicalize_name(p) for p in provided)
     extra = {canonicalize_name(i) for i in include}
-    return bundle_wheels.closure(tuple(bundle_wheels.NEEDED) + tuple(sorted(extra)), provided=stock - extra,
+    return bundle_wheels.closure(tuple(needed) + tuple(sorted(extra)), provided=stock - extra,
                                  python=python)
 
 
 def _plan(command: Sequence[str], model_dir: Path, python: str, dists: list[tuple[str, str]],
-          datasets: dict[str, str], data_files: list[Member], max_mib: float) -> str:
+          datasets: dict[str, str], data_files: list[Member], max_mib: float, texts: list[str] | None) -> str:
     """``--dry-run``: what the bundle would hold."""
     data = [f"  {name}: {why}" for name, why in datasets.items()] or ["  none (the run uses the demo corpus)"]
     raw = sum(len(m.data) for m in data_files) / MIB
+    if texts is not None:
+        words = sum(len(t.split()) for t in texts)
+        data.append(f"analyses (--no-spacy): {len(texts):,} texts, {words:,} words, tagged here in about "
+                    f"{words / bundle_analyses.WORDS_PER_SECOND / 60:.0f} min; ner_spacy is skipped there")
     return "\n".join([
         "bundle plan (--dry-run: nothing was downloaded, compressed or written)",
         f"run there: rapt-audit {shlex.join(command)}",
@@ -181,7 +209,7 @@ def _plan(command: Sequence[str], model_dir: Path, python: str, dists: list[tupl
 
 
 def _write_pieces(folder: Path, *, level: int, model: list[Member], low: bytes, staged: bundle_wheels.Staged,
-                  data: list[Member], rapt: list[Member]) -> dict[str, dict]:
+                  data: list[Member], rapt: list[Member], analyses: list[Member]) -> dict[str, dict]:
     """Write every piece (the compressed ones side by side: xz releases the GIL); name → raw bytes and what."""
     jobs = {
         "model.tar.xz": (model, "the encoder's fp16 high bytes, header, tokenizer and config files"),
@@ -190,6 +218,8 @@ def _write_pieces(folder: Path, *, level: int, model: list[Member], low: bytes, 
         "data.tar.xz": (data, "the data files the run reads"),
         "rapt_audit.tar.xz": (rapt, "rapt-audit's source"),
     }
+    if analyses:
+        jobs["analyses.tar.xz"] = (analyses, "spaCy's analyses of the run's texts and the vocabulary lexicon")
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         raws = {name: pool.submit(write_tar, folder / name, members, preset=level, x86=name == "wheels.tar.xz")
                 for name, (members, _) in jobs.items()}
@@ -204,7 +234,7 @@ def _write_pieces(folder: Path, *, level: int, model: list[Member], low: bytes, 
 
 def _manifest(pieces: dict, *, command: Sequence[str], python: str, pack_command: str, staged: bundle_wheels.Staged,
               model_dir: Path, model_facts: dict, datasets: dict, listing: dict, data_dir: Path | None,
-              provided: Sequence[str] | None, max_mib: float, seconds: float) -> dict:
+              provided: Sequence[str] | None, max_mib: float, seconds: float, analyses: dict | None) -> dict:
     """What the target checks and what a reader of the results needs to know about the bundle."""
     ident = hashlib.sha256(json.dumps({k: v["sha256"] for k, v in pieces.items()}).encode("utf-8")).hexdigest()[:12]
     return {
@@ -222,6 +252,7 @@ def _manifest(pieces: dict, *, command: Sequence[str], python: str, pack_command
                    "provided_by_the_image": sorted(bundle_wheels.STOCK if provided is None else provided),
                    "distributions": staged.wheels, "shuffled": staged.shuffled},
         "rapt_audit": {"piece": "rapt_audit.tar.xz"},
+        "analyses": analyses and {"piece": "analyses.tar.xz", **analyses},
         "data": {"piece": "data.tar.xz", "packed_from": str(data_dir) if data_dir else None,
                  "datasets": {name: {"why": why, "files": listing.get(name, [])} for name, why in datasets.items()}},
     }

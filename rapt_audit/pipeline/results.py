@@ -9,7 +9,7 @@
     config      the RunConfig
     dataset     name, task, synthetic flag, split sizes, notes
     defense     name and resolved parameters
-    utility     metric -> {value, ci_low, ci_high, n, method, level}
+    utility     metric -> {value, ci_low, ci_high, n, method, level}; accuracy also per_record: {num, den}
     attacks     attack -> {empirical_privacy: {..., per_record: {num, den}}, metrics: {...}, details: {...}}
                 or {skipped: reason}
     env         package versions, git sha, model and data fingerprints, seed, device, wall time
@@ -90,9 +90,11 @@ class RunResult:
                 attacks[name] = {"empirical_privacy": outcome.empirical_privacy.to_dict(per_record=True),
                                  "metrics": {k: v.to_dict() for k, v in outcome.metrics.items()},
                                  "details": dict(outcome.details)}
+        # Accuracy keeps its per-record outcomes too: every defense is scored on the same victim-test
+        # records, so the claims compare utilities paired (rapt_audit.reporting.claims).
+        utility = {k: v.to_dict(per_record=k == "accuracy") for k, v in self.utility.items()}
         return {"schema": self.schema, "signature": self.signature, "cell_id": self.cell_id,
-                "config": self.config, "dataset": self.dataset, "defense": self.defense,
-                "utility": {k: v.to_dict() for k, v in self.utility.items()},
+                "config": self.config, "dataset": self.dataset, "defense": self.defense, "utility": utility,
                 "attacks": attacks, "env": self.env, "warnings": list(self.warnings)}
 
     @classmethod

@@ -35,6 +35,7 @@ from rapt_audit.api.types import AttackResult, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
 from rapt_audit.encoder.models import model_fingerprint, resolve_device
+from rapt_audit.mechanisms import analysis_pack
 from rapt_audit.pipeline.cache import cached_defense
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
 from rapt_audit.pipeline.context import RunContext, default_cache_dir, derive_seed
@@ -80,7 +81,7 @@ def default_dataset(config: RunConfig) -> str:
     return "sst2" if resolve_data_dir(config.data_dir) is not None else "synthetic"
 
 
-def _plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str, Any]:
+def plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str, Any]:
     """Profile overrides declared by the plugin, then the user's explicit arguments."""
     return {**dict(getattr(cls, "profiles", {}).get(profile, {})), **explicit}
 
@@ -109,12 +110,12 @@ def _prepare(config: RunConfig) -> Plan:
     check_paper_device(config)
     load()
     defense = make_plugin(DEFENSES, config.defense,
-                          _plugin_args(DEFENSES.get(config.defense), config.profile, dict(config.defense_args)))
+                          plugin_args(DEFENSES.get(config.defense), config.profile, dict(config.defense_args)))
     names = ATTACKS.select(config.attacks)
     for name in config.attack_args:
         if name not in names:
             ATTACKS.get(name)  # unknown name → did-you-mean error
-    attacks = {n: make_plugin(ATTACKS, n, _plugin_args(ATTACKS.get(n), config.profile,
+    attacks = {n: make_plugin(ATTACKS, n, plugin_args(ATTACKS.get(n), config.profile,
                                                       dict(config.attack_args.get(n, {})))) for n in names}
     dataset = load_dataset(default_dataset(config), config.data_dir, columns=config.column_args)
     sizes = profile_split_sizes(config.profile, len(dataset.records), config.split_overrides)
@@ -280,6 +281,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings, "gpu": gpu.summary(),
                 "release_cache": {"victim_test": victim_release, **cached.report(),
                                   **({"texts": ctx.text_releases.report()} if ctx.text_releases else {})}})
+    if (packed := analysis_pack.provenance(ctx)) is not None:  # spaCy absent: whose analyses the run read
+        env["spacy_analyses"] = packed
     attack_settings = {n: get_params(a) for n, a in checked.attacks.items()}
     result = RunResult(
         signature=signature(dataset=dataset.name, data_fingerprint=dataset.fingerprint,

@@ -11,9 +11,10 @@ The claims (RAPT v3 and the papers it compares with), read from the results of a
 
 Each comparison is a difference of two estimates of one comparable group (same data, splits, model,
 profile and attacks; never across groups) with a 95 % interval: *paired* where both rows are single
-runs that kept per-record outcomes of the same records (the regression gate's bootstrap over the
-same resampled records, :func:`rapt_audit.scoring.stats.paired_drop`), otherwise from the two
-intervals as independent (the gate's unpaired rule), which is what several seeds combined give.
+runs of one seed (hence of the same victim-test records) that kept per-record outcomes, as every
+attack's headline and the task accuracy do (the regression gate's bootstrap over the same resampled
+records, :func:`rapt_audit.scoring.stats.paired_drop`), otherwise from the two intervals as
+independent (the gate's unpaired rule), which is what several seeds combined and older results give.
 A claim is **supported** when every comparison it makes goes its way beyond its interval, **not
 supported** when one goes significantly the other way, **inconclusive** when neither, and **not
 evaluable** when the results hold no comparison for it. "Equally private" and "not lower" need
@@ -86,7 +87,8 @@ def difference(a: Row, b: Row, measure: Callable[[Row], Estimate | None], label:
     if ea is None or eb is None:
         return None
     diff = ea.value - eb.value
-    if ea.per_record is not None and eb.per_record is not None and len(ea.per_record) == len(eb.per_record):
+    if (ea.per_record is not None and eb.per_record is not None and len(ea.per_record) == len(eb.per_record)
+            and _same_records(a, b)):
         # paired_drop bounds base − new = b − a one-sided at Φ(z): at z = 1.96 a two-sided 95 % interval.
         _, lower, upper = paired_drop(eb.per_record, ea.per_record, higher_is_better=True, z=Z,
                                       seed=zlib.crc32(label.encode("utf-8")))
@@ -95,8 +97,18 @@ def difference(a: Row, b: Row, measure: Callable[[Row], Estimate | None], label:
     return Difference(label, diff, diff - half, diff + half, "unpaired")
 
 
+def _same_records(a: Row, b: Row) -> bool:
+    """Whether two rows are single runs over the same records in the same order.
+
+    Their comparable group fixes the data and the split sizes, and the run seed shuffles the split:
+    runs of other seeds hold other victim-test records, which a paired comparison must not match up.
+    """
+    return len(a.runs) == len(b.runs) == 1 and a.seeds == b.seeds
+
+
 def utility_of(row: Row) -> Estimate | None:
-    """The row's task accuracy: a single run's own estimate, several seeds' combined one."""
+    """The row's task accuracy: a single run's own estimate, which keeps its per-record outcomes for a
+    paired comparison (results written before it did have none), several seeds' combined one."""
     return row.runs[0].result.utility.get("accuracy") if len(row.runs) == 1 else row.utility.get("accuracy")
 
 

@@ -72,7 +72,10 @@ def _label(value: object) -> str:
 def _render(fig: Any, stem: str, caption: str) -> Figure:
     png, svg = io.BytesIO(), io.BytesIO()
     fig.savefig(png, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    # A fixed salt makes the SVG's clip-path ids the same on every render: re-rendering a committed report
+    # from the same results changes no figure file (matplotlib draws them from random bytes otherwise).
+    with _pyplot().rc_context({"svg.hashsalt": "rapt-audit"}):
+        fig.savefig(svg, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     _pyplot().close(fig)
     return Figure(stem, caption, png.getvalue(), svg.getvalue())
 

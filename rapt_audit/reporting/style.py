@@ -7,7 +7,8 @@ font or image from anywhere, so the page cannot make a network request even by m
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 STYLE = """
-:root { --fg: #1b1f24; --muted: #57606a; --line: #d0d7de; --warn: #b35900; --bad: #a40e26; --bg2: #f6f8fa; }
+:root { --fg: #1b1f24; --muted: #57606a; --line: #d0d7de; --warn: #b35900; --bad: #a40e26; --good: #1a7f37;
+        --bg2: #f6f8fa; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
        margin: 0 auto; max-width: 1400px; padding: 1rem 1.5rem 3rem; }
@@ -35,4 +36,10 @@ ul.details { margin: 0; padding-left: 1rem; font-size: .8em; max-width: 32rem; }
 table.prov td { font-size: .8em; }
 nav ol { columns: 2; }
 details summary { cursor: pointer; color: var(--muted); font-size: .85em; }
+.status { font-size: .8em; font-weight: 600; border: 1px solid; border-radius: 3px; padding: 0 .35rem;
+          margin-left: .4rem; white-space: nowrap; font-family: system-ui, sans-serif; }
+.status.supported { color: var(--good); background: #dafbe1; }
+.status.not-supported { color: var(--bad); background: #ffebe9; }
+.status.inconclusive { color: var(--warn); background: #fff4e5; }
+.status.not-evaluable { color: var(--muted); background: var(--bg2); }
 """

@@ -20,7 +20,11 @@ STATISTIC_RESAMPLES = 300
 
 
 def accuracy_estimate(predicted: np.ndarray, truth: np.ndarray, *, rng: np.random.Generator) -> Estimate:
-    """Fraction of correct predictions, with a per-example bootstrap interval."""
+    """Fraction of correct predictions, with a per-example bootstrap interval.
+
+    The estimate keeps each example's outcome as its per-record parts (1 when correct, else 0, over 1):
+    two defenses scored on the same test records are then compared paired, record by record.
+    """
     return bootstrap_mean((np.asarray(predicted) == np.asarray(truth)).astype(float), rng=rng)
 
 

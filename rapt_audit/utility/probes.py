@@ -17,11 +17,6 @@ from rapt_audit.api.types import Estimate, Record
 from rapt_audit.scoring.classification import label_scores
 
 
-def pair_text(text: str, pair: str | None) -> str:
-    """One string for a single text or a text pair (pair tasks are joined with a separator)."""
-    return text if pair is None else f"{text} ||| {pair}"
-
-
 def require_labels(records: Sequence[Record], *, split: str) -> np.ndarray:
     """The task labels of ``records``, or a :class:`DataError` when any is missing."""
     if not records:
