@@ -33,11 +33,12 @@ from rapt_audit.pipeline import sweep
 from rapt_audit.pipeline.ray_executor import RayExecutor
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.runner import run
-from rapt_audit.reporting import check, claims, leaderboard, report
+from rapt_audit.reporting import check, claims, leaderboard, report, slim
 from rapt_audit.reporting.check import cmd_check
 from rapt_audit.reporting.claims import cmd_claims
 from rapt_audit.reporting.leaderboard import cmd_leaderboard
 from rapt_audit.reporting.report import cmd_report
+from rapt_audit.reporting.slim import cmd_slim
 from rapt_audit.scoring.metrics import METRICS
 
 EPILOG = """examples:
@@ -111,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("kind", nargs="?", default="all", choices=["all", "defenses", "attacks", "datasets", "metrics"])
     _add_run(sub)
 
-    for module in (privatize, audit, calibrate, report, leaderboard, check, claims, bundle):
+    for module in (privatize, audit, calibrate, report, leaderboard, check, claims, slim, bundle):
         module.add_parser(sub)
     return parser
 
@@ -234,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
                 "leaderboard": cmd_leaderboard, "check": cmd_check, "claims": cmd_claims, "privatize": cmd_privatize,
-                "audit": cmd_audit, "bundle": cmd_bundle}
+                "audit": cmd_audit, "bundle": cmd_bundle, "slim": cmd_slim}
     try:
         with _sigterm_as_interrupt():
             return commands[args.command](args)
