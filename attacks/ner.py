@@ -41,9 +41,10 @@ from rapt_audit.attacks._ner_model import CODE_VERSION, predict_tags, token_clas
 from rapt_audit.attacks._ner_tags import Word, iob_labels, spacy_spans, spans_to_tags, tokenize_words
 from rapt_audit.data import load_dataset
 from rapt_audit.utility.state_cache import cached_state
-from rapt_audit.mechanisms.analyses import entity_spans, spacy_entity_spans
+from rapt_audit.mechanisms.analyses import entity_spans
 from rapt_audit.mechanisms.analysis_pack import installed_key
 from rapt_audit.mechanisms.engines import tagger
+from rapt_audit.mechanisms.pos import spacy_entity_spans
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_statistic

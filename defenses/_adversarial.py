@@ -163,10 +163,10 @@ def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *
     # Per-epoch sums stay on the device; which rows have a label or an attribute is read from the host
     # arrays, so a step never waits for the device (a boolean mask on a CUDA tensor would).
     sums = DeviceSum(("task_loss", "adversary_loss", "adversary_correct"), device)
-    seen = 0  # attribute-labelled rows this epoch
+    # Every row is visited once an epoch (shuffled_even), so the epoch's counts are the data's.
+    n_labelled, n_attributed = max(int((labels >= 0).sum()), 1), max(int((attributes >= 0).sum()), 1)
 
     def loss(idx: np.ndarray) -> torch.Tensor | None:
-        nonlocal seen
         rows = to_device(idx, device)
         r = minmax_torch(projection(xt[rows]))
         noisy = r + laplace_like(r, noise_scale, generator)
@@ -179,20 +179,17 @@ def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *
             sums.add("task_loss", task_loss, int(has_label.sum()))
         if adversary_head is not None and has_attr.any():
             keep = _positions(has_attr, device)
-            logits = adversary_head(reverse_gradient(noisy[keep], adversary_weight))
-            adv_loss = nn.functional.cross_entropy(logits, at[rows][keep])
+            logits, attribute = adversary_head(reverse_gradient(noisy[keep], adversary_weight)), at[rows][keep]
+            adv_loss = nn.functional.cross_entropy(logits, attribute)
             total = total + adv_loss
             sums.add("adversary_loss", adv_loss, int(has_attr.sum()))
-            sums.add("adversary_correct", (logits.argmax(1) == at[rows][keep]).sum())
-            seen += int(has_attr.sum())
+            sums.add("adversary_correct", (logits.argmax(1) == attribute).sum())
         return total if total.requires_grad else None  # a batch with neither label nor attribute: no step
 
     def epoch_record(_epoch: int) -> dict[str, float]:
-        nonlocal seen
-        totals, n_seen, seen = sums.read(), max(seen, 1.0), 0
-        return {"task_loss": totals["task_loss"] / max(int((labels >= 0).sum()), 1),
-                "adversary_loss": totals["adversary_loss"] / n_seen,
-                "adversary_train_accuracy": totals["adversary_correct"] / n_seen}
+        totals = sums.read()
+        return {"task_loss": totals["task_loss"] / n_labelled, "adversary_loss": totals["adversary_loss"] / n_attributed,
+                "adversary_train_accuracy": totals["adversary_correct"] / n_attributed}
 
     parts = nn.ModuleList([m for m in (projection, task_head, adversary_head) if m is not None])
     with one_thread(device):

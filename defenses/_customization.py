@@ -21,6 +21,7 @@ from rapt_audit.api.types import Estimate
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.customize import PlainTokens, check_method, check_positions, resolve_settings
 from rapt_audit.utility.customized import customize_service, score_customized
+from rapt_audit.utility.on_device import Precision
 from rapt_audit.utility.selection import check_lr_grid, resolve_grid
 
 
@@ -59,7 +60,7 @@ class Customized(CheckedParams):
     batch_size: int | None = None
     max_length: int | None = None
     virtual_tokens: int | None = None
-    precision: Literal["fp32", "bf16"] | None = None
+    precision: Precision | None = None
     _training: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:

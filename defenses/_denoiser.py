@@ -126,13 +126,17 @@ class _Padded:
 
 def denoise(model: Denoiser, batch: DenoiseBatch, *, device: str = "cpu", batch_size: int = 64) -> np.ndarray:
     """Apply a trained denoiser: ``(n, d)`` float32 denoised embeddings."""
+    return _denoise_padded(model, _Padded(batch, model.max_tokens, device), batch_size=batch_size)
+
+
+def _denoise_padded(model: Denoiser, padded: _Padded, *, batch_size: int = 64) -> np.ndarray:
+    """:func:`denoise` of texts already on the device (validation reuses them at every epoch)."""
     model.eval()
-    padded = _Padded(batch, model.max_tokens, device)
-    with torch.no_grad(), one_thread(device):
+    n = len(padded.lengths)
+    with torch.no_grad(), one_thread(padded.device):
         # Every batch is queued before the result is read (once, at the end).
-        out = [model(*padded(np.arange(start, min(start + batch_size, len(batch.output)))))
-               for start in range(0, len(batch.output), batch_size)]
-    return torch.cat(out).cpu().numpy() if out else np.empty_like(batch.output, dtype=np.float32)
+        out = [model(*padded(np.arange(start, min(start + batch_size, n)))) for start in range(0, n, batch_size)]
+    return torch.cat(out).cpu().numpy() if out else np.empty((0, padded.output.shape[1]), dtype=np.float32)
 
 
 @dataclass
@@ -171,7 +175,8 @@ def train_denoiser(train: DenoiseBatch, valid: DenoiseBatch, *, d_model: int, he
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     target = torch.as_tensor(train.clean.astype(np.float32), device=device)
     noisy_mse = float(mse_rows(valid.output, valid.clean).mean())  # the untrained denoiser is the identity
-    lengths = np.array([min(len(t), max_tokens) for t in train.tokens])
+    padded, valid_padded = _Padded(train, max_tokens, device), _Padded(valid, max_tokens, device)
+    lengths = padded.lengths
 
     def batches() -> list[np.ndarray]:
         # Batches of similar length waste less compute on padding; their order is shuffled.
@@ -180,13 +185,11 @@ def train_denoiser(train: DenoiseBatch, valid: DenoiseBatch, *, d_model: int, he
         chunks = np.array_split(order, max(1, math.ceil(len(order) / batch_size)))
         return [chunks[c] for c in order_rng.permutation(len(chunks))]
 
-    padded = _Padded(train, max_tokens, device)
-
     def loss(idx: np.ndarray) -> torch.Tensor:
         return nn.functional.mse_loss(model(*padded(idx)), target[to_device(idx, device)])
 
     def valid_mse(model: Denoiser) -> float:
-        return float(mse_rows(denoise(model, valid, device=device), valid.clean).mean())
+        return float(mse_rows(_denoise_padded(model, valid_padded), valid.clean).mean())
 
     with one_thread(device):
         outcome = fit(model, loss=loss, batches=batches, optimizer=optimizer,

@@ -19,9 +19,9 @@ import pytest
 
 from rapt_audit.api.errors import ModelError
 from rapt_audit.mechanisms import analysis_pack
-from rapt_audit.mechanisms.analyses import entity_spans, pos_tags, spacy_entity_spans, spacy_tags, text_entities, words
+from rapt_audit.mechanisms.analyses import entity_spans, pos_tags, text_entities, words
 from rapt_audit.mechanisms.engines import tagger
-from rapt_audit.mechanisms.pos import load_tagger, spacy_version_key
+from rapt_audit.mechanisms.pos import load_tagger, ptb_tags, spacy_entity_spans, spacy_version_key
 from rapt_audit.pipeline import bundle_analyses
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.context import RunContext
@@ -45,7 +45,7 @@ sys.exit(main(sys.argv[1:]))
 
 def pack_here(cache: Path, texts: list[str]) -> Path:
     nlp = load_tagger()
-    return analysis_pack.write_pack(cache, texts, tags=lambda t: spacy_tags(nlp, t),
+    return analysis_pack.write_pack(cache, texts, tags=lambda t: ptb_tags(nlp, t),
                                     entities=lambda t: spacy_entity_spans(nlp, t), key=spacy_version_key())
 
 
@@ -89,7 +89,7 @@ def test_a_text_the_pack_lacks_is_named_with_the_fix(tmp_path: Path, monkeypatch
 def test_a_pack_of_another_tagger_is_not_read_where_spacy_is_installed(tmp_path: Path):
     nlp = load_tagger()
     analysis_pack.write_pack(tmp_path, TEXTS, tags=lambda t: [[[w, s, "UH"] for w, s, _ in row] for row in
-                                                              spacy_tags(nlp, t)],
+                                                              ptb_tags(nlp, t)],
                              entities=lambda t: [[] for _ in t], key="spacy0.0-sm0.0")
     ctx = RunContext(cache_dir=tmp_path)
     assert {w.upos for w in pos_tags(ctx, TEXTS[:1])[0]} != {"INTJ"}  # spaCy's own tags, not the stale pack's

@@ -25,7 +25,8 @@ from rapt_audit.mechanisms.analyses import analysis_path, pos_tags, text_entitie
 from rapt_audit.mechanisms.engines import tagger
 from rapt_audit.mechanisms import nn_search
 from rapt_audit.mechanisms.nn_exact import Float64Search
-from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex, exact_nearest
+from rapt_audit.mechanisms.nn_exact import exact_nearest
+from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex
 from rapt_audit.mechanisms.noise import dchi_noise
 from rapt_audit.mechanisms.pos import entity_mentions, tag_texts
 from rapt_audit.pipeline.context import RunContext

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import pytest
 
@@ -58,6 +58,9 @@ def test_coerce_types():
         coerce("abc", float, key="eta")
     with pytest.raises(UsageError, match="is not an integer"):
         coerce(True, int, key="n")
+    # An optional setting names what it expects, not "a valid Optional".
+    with pytest.raises(UsageError, match=r"^precision='fp16' is not one of: fp32, bf16 \(or none, for the default\)$"):
+        coerce("fp16", Literal["fp32", "bf16"] | None, key="precision")
 
 
 @dataclass

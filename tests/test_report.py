@@ -275,20 +275,20 @@ def test_seed_claims_section_shows_each_verdict_with_its_numbers_escaped(tmp_pat
     section = _claims_section(page)
     # Accuracy 0.8 − 0.6, each ± 0.02 (95 %): 1.96 · √2 · 0.02 / 1.96 = 0.028 either side, from two intervals.
     utility = section[section.index("<h3>PCT2T &gt; T2T in utility"):]
-    assert utility.startswith("<h3>PCT2T &gt; T2T in utility <span class='status supported'>supported</span></h3>")
+    assert utility.startswith("<h3>PCT2T &gt; T2T in utility <span class='tag status supported'>supported</span></h3>")
     assert ("<tr><td>η=25: pct2t − t2t</td><td class='num'><b>+0.200</b></td><td class='num'>[+0.172, +0.228]</td>"
             "<td>unpaired</td></tr>") in utility
     assert "significantly higher in 2 of 2 comparisons; against it in 0" in utility
     privacy = section[section.index("<h3>T2T ≈ PCT2T in privacy"):]
-    assert privacy.startswith("<h3>T2T ≈ PCT2T in privacy (margin ±0.05) <span class='status not-supported'>")
+    assert privacy.startswith("<h3>T2T ≈ PCT2T in privacy (margin ±0.05) <span class='tag status not-supported'>")
     assert "<td>η=75, whitebox: pct2t − t2t</td><td class='num'><b>+0.100</b></td>" in privacy
     assert "interval inside ±0.05 in 3 of 4 comparisons; against it in 1" in privacy
     # The odd attack is as private at both η: privacy rising is then neither shown nor refuted.
-    assert "<h3>privacy rises as η falls <span class='status inconclusive'>inconclusive</span></h3>" in section
+    assert "<h3>privacy rises as η falls <span class='tag status inconclusive'>inconclusive</span></h3>" in section
     # The three claims without a comparison: one line each with the reason, no table.
     assert section.count("<table class='claim'>") == 3
     missing = section[section.index("<ul class='not-evaluable'>"):]
-    assert "<li>the reconstruction head helps utility <span class='status not-evaluable'>not evaluable</span>: " \
+    assert "<li>the reconstruction head helps utility <span class='tag status not-evaluable'>not evaluable</span>: " \
            "the results hold no comparison for this claim</li>" in missing
     assert "no attack measured both rapt and cape or dpnr with utility in one comparable group" in missing
     assert "t2t, &lt;i&gt;odd&lt;/i&gt;&amp;: η=25 − η=75" in section and "<i>odd</i>" not in page

@@ -51,6 +51,8 @@ def test_slim_removes_per_record_parts_and_keeps_every_value(tmp_path: Path, cap
     assert main(["slim", str(path)]) == 0  # twice: nothing more to remove, the file unchanged
     assert path.read_text(encoding="utf-8") == slimmed
     assert json.loads(slimmed)["env"]["per_record_removed"] == 2
+    [(_, before_size, after_size)] = slim_files([path], dry_run=True)  # nothing to remove: no saving claimed
+    assert before_size == after_size == len(slimmed.encode())
 
 
 def test_slim_of_nothing_readable_names_the_problem(tmp_path: Path):

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex, exact_nearest, nearest_index
+from rapt_audit.mechanisms.nn_exact import exact_nearest
+from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex, nearest_index
 
 SPECIALS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")
 ETAS = (25, 75, 125, 175)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -136,6 +137,12 @@ def write_json_atomic(path: str | os.PathLike[str], document: Mapping[str, Any])
     per test record, which indented take a line each (about 10 bytes; at paper scale, megabytes per cell).
     """
     write_text_atomic(path, json_text(document) + "\n")
+
+
+def stable_hash(value: Any) -> str:
+    """sha256 of ``value`` as canonical JSON (sorted keys; what JSON cannot hold, as its text): cache keys."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def json_text(document: Any) -> str:

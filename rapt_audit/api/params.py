@@ -85,6 +85,8 @@ def coerce(value: Any, tp: Any, *, key: str) -> Any:
                 return coerce(value, option, key=key)
             except UsageError as exc:
                 errors.append(str(exc))
+        if len(errors) == 1:  # X | None: X's own message says what is expected
+            raise UsageError(errors[0] + (" (or none, for the default)" if type(None) in args else ""))
         raise UsageError(f"{key}={value!r} is not a valid {_describe_type(tp)}")
     if origin is typing.Literal:
         for option in args:

@@ -101,9 +101,11 @@ def pooled_from_embeddings(model: LoadedModel, sequences: Sequence[np.ndarray], 
     """
     import torch  # lazy (torch)
 
-    out = np.empty((len(sequences), model.model.config.hidden_size), dtype=np.float32)
+    # Pooled vectors stay on the device, in the input order, and come back in one read at the end: a
+    # read per batch would wait for the device at every batch.
     order = np.argsort([len(s) for s in sequences])  # similar lengths together: less padding
     with torch.inference_mode():
+        out = torch.empty((len(sequences), model.model.config.hidden_size), dtype=torch.float32, device=model.device)
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             bodies = [np.asarray(sequences[i][:MAX_TOKENS], dtype=np.float32).reshape(-1, model.dim) for i in idx]
@@ -114,8 +116,8 @@ def pooled_from_embeddings(model: LoadedModel, sequences: Sequence[np.ndarray], 
             hidden = model.model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
             weights = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-            out[idx] = pooled.float().cpu().numpy()
-    return out
+            out[to_device(idx, model.device)] = pooled.float()
+    return out.cpu().numpy()
 
 
 def token_id_lists(ctx: RunContext, texts: Sequence[str], *, limit: int | None = None) -> list[np.ndarray]:

@@ -26,12 +26,12 @@ from rapt_audit.api.files import read_cache_json_gz, write_cache_json_gz
 from rapt_audit.mechanisms import analysis_pack
 from rapt_audit.mechanisms.analysis_pack import texts_digest
 from rapt_audit.mechanisms.engines import tagger
-from rapt_audit.mechanisms.pos import TaggedWord, entity_docs, ptb_tags, upos_of
+from rapt_audit.mechanisms.pos import TaggedWord, mentions_of, ptb_tags, spacy_entity_spans, tagged_words
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.pipeline.context import RunContext
 
-__all__ = ["analysis_path", "entity_spans", "pos_tags", "spacy_entity_spans", "spacy_tags", "text_entities", "words"]
+__all__ = ["analysis_path", "entity_spans", "pos_tags", "text_entities", "words"]
 
 #: Bumped whenever what an entry holds, or how spaCy is configured to produce it, changes
 #: (2: entities are ``[label, start, end]`` character spans, so silver NER references read them too).
@@ -44,45 +44,29 @@ def analysis_path(ctx: RunContext, kind: str, texts: Sequence[str]) -> Path:
     return ctx.cache_dir / "analyses" / f"{kind}-{key}-{FORMAT[-1]}-{texts_digest(texts)[:40]}.json.gz"
 
 
-def spacy_tags(nlp: Any, texts: Sequence[str]) -> list[list[list[str]]]:
-    """``[word, trailing whitespace, PTB tag]`` of each word of each text (the rows of the ``tags`` analysis)."""
-    return [[list(token) for token in row] for row in ptb_tags(nlp, texts)]
-
-
-def spacy_entity_spans(nlp: Any, texts: Sequence[str]) -> list[list[list[Any]]]:
-    """``[label, start, end]`` (characters) of each entity spaCy's NER finds (the rows of ``entities``)."""
-    return [[[e.label_, e.start_char, e.end_char] for e in doc.ents] for doc in entity_docs(nlp, texts)]
-
-
 def pos_tags(ctx: RunContext, texts: Sequence[str]) -> list[list[TaggedWord]]:
     """Each text's words with their trailing whitespace and Universal POS.
 
     The same as :func:`rapt_audit.mechanisms.pos.tag_texts` with the run's tagger.
     """
 
-    def compute() -> list[list[list[str]]]:
-        return spacy_tags(tagger(ctx), texts)
-
-    def valid(rows: list[Any]) -> bool:  # the words must rebuild their own text exactly
-        return all(isinstance(row, list) and "".join(w[0] + w[1] for w in row) == text
-                   for row, text in zip(rows, texts))
-
-    rows = _cached(ctx, "tags", texts, compute, valid)
-    return [[TaggedWord(text, space, upos_of(text, tag)) for text, space, tag in row] for row in rows]
+    return tagged_words(_cached(ctx, "tags", texts, lambda: ptb_tags(tagger(ctx), texts), _rebuild(texts)))
 
 
 def words(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
     """Each text's words (spaCy's tokenizer: no tagging) with their trailing whitespace."""
 
-    def compute() -> list[list[list[str]]]:
+    def compute() -> list[list[tuple[str, str]]]:
         nlp = tagger(ctx)
-        return [[[t.text, t.whitespace_] for t in nlp.make_doc(text)] for text in texts]
+        return [[(t.text, t.whitespace_) for t in nlp.make_doc(text)] for text in texts]
 
-    def valid(rows: list[Any]) -> bool:
-        return all(isinstance(row, list) and "".join(w[0] + w[1] for w in row) == text
-                   for row, text in zip(rows, texts))
+    return [[(word, space) for word, space in row] for row in _cached(ctx, "words", texts, compute, _rebuild(texts))]
 
-    return [[(word, space) for word, space in row] for row in _cached(ctx, "words", texts, compute, valid)]
+
+def _rebuild(texts: Sequence[str]) -> Callable[[list[Any]], bool]:
+    """Whether rows of words (each ``word, whitespace, ...``) rebuild their own texts exactly."""
+    return lambda rows: all(isinstance(row, list) and "".join(w[0] + w[1] for w in row) == text
+                            for row, text in zip(rows, texts))
 
 
 def entity_spans(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str, int, int]]]:
@@ -105,8 +89,7 @@ def text_entities(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str,
 
     The same as :func:`rapt_audit.mechanisms.pos.entity_mentions` with the run's pipeline.
     """
-    return [[(label, text[start:end]) for label, start, end in row]
-            for row, text in zip(entity_spans(ctx, texts), texts)]
+    return mentions_of(entity_spans(ctx, texts), texts)
 
 
 def _cached(ctx: RunContext, kind: str, texts: Sequence[str], compute: Callable[[], list[Any]],

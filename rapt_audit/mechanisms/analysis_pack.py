@@ -111,8 +111,9 @@ def _load(path: Path) -> PackedAnalyses | None:
     return PackedAnalyses(key=str(doc["key"]), tags=tags, entities=entities, index=index)
 
 
-def _pack(cache_dir: Path) -> PackedAnalyses | None:
-    return _load(Path(cache_dir) / PACK_FILE)
+def _run_pack(ctx: RunContext) -> PackedAnalyses | None:
+    """The pack in the run's cache folder, read once per run."""
+    return ctx.shared(("analysis_pack",), lambda: _load(ctx.cache_dir / PACK_FILE))
 
 
 @functools.lru_cache(maxsize=1)  # package metadata is read once per process (a streaming user calls often)
@@ -133,7 +134,7 @@ def tagger_key(ctx: RunContext) -> str:
     installed = installed_key()
     if installed is not None:
         return installed
-    pack = ctx.shared(("analysis_pack",), lambda: _pack(ctx.cache_dir))
+    pack = _run_pack(ctx)
     if pack is None:
         raise _no_tagger(ctx)
     return pack.key
@@ -151,7 +152,7 @@ def lookup(ctx: RunContext, kind: str, texts: Sequence[str]) -> list[Any] | None
         ModelError: when spaCy is not installed and there is no pack, or it lacks some of ``texts`` (the
             run could only stop later, or guess): names how many and the first one, and how to fix it.
     """
-    pack = ctx.shared(("analysis_pack",), lambda: _pack(ctx.cache_dir))
+    pack = _run_pack(ctx)
     installed = installed_key()
     if pack is None and installed is None:
         raise _no_tagger(ctx)
@@ -159,10 +160,10 @@ def lookup(ctx: RunContext, kind: str, texts: Sequence[str]) -> list[Any] | None
         return None
     rows, missing = pack.rows(kind, texts)
     if rows is None and installed is None:
-        raise ModelError(f"spaCy is not installed and the analyses pack ({ctx.cache_dir / PACK_FILE}) lacks {len(missing)} "
-                         f"of the {len(texts)} texts to analyse (the first: {missing[0][:80]!r}): the run reads text the "
-                         "pack was not made for. Rebuild the bundle for this exact command (`rapt-audit bundle "
-                         "--no-spacy --out DIR -- <the command>`), or install spaCy here")
+        raise ModelError(f"spaCy is not installed and the analyses pack ({ctx.cache_dir / PACK_FILE}) lacks "
+                         f"{len(missing)} of the {len(texts)} texts to analyse (the first: {missing[0][:80]!r}): the "
+                         "run reads text the pack was not made for. Rebuild the bundle for this exact command "
+                         "(`rapt-audit bundle --no-spacy --out DIR -- <the command>`), or install spaCy here")
     return rows
 
 
@@ -170,5 +171,5 @@ def provenance(ctx: RunContext) -> dict[str, str] | None:
     """What a result records about its tagger when spaCy is not installed: the pack's tagger; else None."""
     if installed_key() is not None:
         return None
-    pack = ctx.shared(("analysis_pack",), lambda: _pack(ctx.cache_dir))
+    pack = _run_pack(ctx)
     return None if pack is None else {"tagger": pack.key, "source": "packed analyses (spaCy not installed)"}

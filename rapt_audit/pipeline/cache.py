@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError
-from rapt_audit.api.files import write_atomic
+from rapt_audit.api.files import stable_hash, write_atomic
 from rapt_audit.api.params import get_params, to_jsonable
 from rapt_audit.api.types import Record, Release, uid_key
 from rapt_audit.api.version import __version__
@@ -51,12 +51,6 @@ _NOT_RELEASE_CODE = frozenset({"reporting", "cli", "attacks"})
 #: Marks a JSON object that encodes a value JSON has no exact form for (tuple, dict with odd keys, numpy).
 _TAG = "__rapt_cache__"
 _DOC = "__doc__"
-
-
-def stable_hash(value: Any) -> str:
-    """sha256 of ``value`` as canonical JSON (sorted keys; what JSON cannot hold, as its text)."""
-    text = json.dumps(value, sort_keys=True, ensure_ascii=True, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def records_digest(records: Sequence[Record]) -> dict[str, Any]:
@@ -312,4 +306,4 @@ def cached_defense(defense: Any, *, ctx: RunContext, enabled: bool, fit_records:
 
 
 __all__ = ["CACHE_FORMAT", "CachedDefense", "ReleaseStore", "cached_defense", "decode_release", "encode_release",
-           "fitted_state", "records_digest", "release_key", "run_state", "source_digest", "stable_hash"]
+           "fitted_state", "records_digest", "release_key", "run_state", "source_digest"]

@@ -215,16 +215,17 @@ def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
     ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
                      model=config.model, cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir,
                      cache_analyses=config.release_cache)
+    fingerprint = model_fingerprint(config.model, cache_dir=ctx.cache_dir)
     if config.release_cache:
-        ctx.text_releases = TextReleaseStore(ctx.cache_dir / "texts", ctx=ctx, model_fingerprint=model_fingerprint(
-            config.model, cache_dir=ctx.cache_dir))
+        ctx.text_releases = TextReleaseStore(ctx.cache_dir / "texts", ctx=ctx, model_fingerprint=fingerprint)
     # Samples the GPU of a CUDA run per stage (env.gpu); stopped however the run ends.
     with gpu_monitor(ctx.device) as gpu:
-        return _measure_stages(checked, ctx, gpu, say=say)
+        return _measure_stages(checked, ctx, gpu, say=say, fingerprint=fingerprint)
 
 
-def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log) -> RunResult:
-    """:func:`_measure`'s stages, each timed and its GPU use attributed to it by ``gpu``."""
+def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log, fingerprint: str) -> RunResult:
+    """:func:`_measure`'s stages, each timed and its GPU use attributed to it by ``gpu`` (``fingerprint``:
+    the model's)."""
     config = checked.config
     started, clock = datetime.now(timezone.utc), time.perf_counter()
     timings: dict[str, float] = {}
@@ -255,7 +256,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     # Built after fit and utility: the key holds what they depended on (calibrated η, customization).
     cached = cached_defense(defense, ctx=ctx, enabled=config.release_cache, fit_records=splits.victim_train,
                             utility_records=splits.victim_test if dataset.has_labels else None,
-                            model_fingerprint=model_fingerprint(config.model, cache_dir=ctx.cache_dir))
+                            model_fingerprint=fingerprint)
     release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
     victim_release = cached.last
     bar.update(1)
@@ -275,7 +276,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     bar.close()
     env = environment()
     env.update({"seed": config.seed, "device": ctx.device, "model": config.model,
-                "model_fingerprint": model_fingerprint(config.model, cache_dir=ctx.cache_dir),
+                "model_fingerprint": fingerprint,
                 "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings, "gpu": gpu.summary(),

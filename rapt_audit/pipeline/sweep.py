@@ -303,8 +303,8 @@ def check_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: 
 
 
 def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log | None, progress: bool,
-               runner: Callable[..., RunResult] | None, deadline: tuple[float, float] | None = None,
-               clock: Callable[[], float] = time.monotonic) -> list[tuple[Cell, RunResult]]:
+               runner: Callable[..., RunResult] | None, deadline: tuple[float, float] | None,
+               clock: Callable[[], float]) -> list[tuple[Cell, RunResult]]:
     say = log or (lambda _msg: None)
     runner = runner or audit_runner.run  # looked up at call time, so a patched runner is honoured
     index = check_cells(cells, out=out, axes=axes, log=say)
@@ -319,7 +319,7 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
             if longest > left:
                 rest = cells[i - 1:]
                 done = results + [(c, index.finished[c.name]) for c in rest if index.status[c.name] == "complete"]
-                raise BudgetSpent(out=out, results=sorted(done, key=lambda pair: cells.index(pair[0])),
+                raise BudgetSpent(out=out, results=done,  # in grid order: the cells before this one, then finished ones
                                   needed=longest, left=left, budget=deadline[1],
                                   pending=sum(index.status[c.name] != "complete" for c in rest))
         say(f"cell {i}/{len(cells)} {cell.label}: {'running' if pending else 'reusing'} {cell.config.out}")

@@ -24,11 +24,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from rapt_audit.api.files import read_cache_json_gz, write_cache_json_gz
+from rapt_audit.api.files import read_cache_json_gz, stable_hash, write_cache_json_gz
 from rapt_audit.api.params import to_jsonable
 from rapt_audit.api.types import Record
 from rapt_audit.mechanisms.calibration import ReplacementCount
-from rapt_audit.pipeline.cache import records_digest, run_state, source_digest, stable_hash
+from rapt_audit.pipeline.cache import records_digest, run_state, source_digest
 from rapt_audit.pipeline.context import RunContext
 
 #: Bumped whenever what an entry holds or what its key hashes changes, so old entries are never read.
@@ -56,7 +56,7 @@ class TextReleaseStore:
     def key(self, defense: Any, mechanism: Mapping[str, Any], eta: float, records: Sequence[Record]) -> str:
         """The key of ``records`` privatized by ``defense`` with ``mechanism`` parameters at ``eta``."""
         return stable_hash({**self._run, "code": source_digest(type(defense)), "defense": defense.name,
-                            "mechanism": to_jsonable(dict(mechanism)), "eta": "inf" if eta == float("inf") else eta,
+                            "mechanism": to_jsonable(dict(mechanism)), "eta": to_jsonable(eta),
                             "records": records_digest(records)})
 
     def path(self, key: str) -> Path:

@@ -95,10 +95,15 @@ def standard_error(est: Estimate) -> float:
     return max(0.0, est.ci_high - est.ci_low) / (2 * z)
 
 
+def unpaired_half_width(a: Estimate, b: Estimate, *, z: float = DEFAULT_Z) -> float:
+    """Half the width of the interval of ``a − b`` from their two intervals as independent estimates."""
+    return z * math.hypot(standard_error(a), standard_error(b))
+
+
 def compare_estimates(base: Estimate, new: Estimate, *, higher_is_better: bool, z: float = DEFAULT_Z,
                       tolerance: float = DEFAULT_TOLERANCE) -> tuple[str, float]:
     """``(status, allowed_drop)`` for one measure under the gate's rule (see the module docstring)."""
-    allowed = z * math.hypot(standard_error(base), standard_error(new)) + tolerance
+    allowed = unpaired_half_width(base, new, z=z) + tolerance
     worse = (base.value - new.value) if higher_is_better else (new.value - base.value)
     if worse > allowed:
         return "regressed", allowed

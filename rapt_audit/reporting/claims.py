@@ -30,14 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import zlib
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from rapt_audit.api.plugins import ATTACKS, load as load_plugins
 from rapt_audit.api.types import Estimate, Skip
-from rapt_audit.reporting.check import standard_error
+from rapt_audit.pipeline.tidy import params_json
+from rapt_audit.reporting.check import DEFAULT_Z, unpaired_half_width
 from rapt_audit.reporting.collect import collect
 from rapt_audit.reporting.summary import Group, Row, group_results
 from rapt_audit.scoring.stats import paired_drop
@@ -48,7 +48,6 @@ EQUIVALENCE_MARGIN = 0.05
 #: A utility counts as not lower than another when the 95 % interval of the difference stays above
 #: minus this (one point of accuracy).
 NON_INFERIORITY_MARGIN = 0.01
-Z = 1.96
 STATUSES = ("supported", "not supported", "inconclusive", "not evaluable")
 
 
@@ -90,10 +89,10 @@ def difference(a: Row, b: Row, measure: Callable[[Row], Estimate | None], label:
     if (ea.per_record is not None and eb.per_record is not None and len(ea.per_record) == len(eb.per_record)
             and _same_records(a, b)):
         # paired_drop bounds base − new = b − a one-sided at Φ(z): at z = 1.96 a two-sided 95 % interval.
-        _, lower, upper = paired_drop(eb.per_record, ea.per_record, higher_is_better=True, z=Z,
+        _, lower, upper = paired_drop(eb.per_record, ea.per_record, higher_is_better=True, z=DEFAULT_Z,
                                       seed=zlib.crc32(label.encode("utf-8")))
         return Difference(label, diff, -upper, -lower, "paired")
-    half = Z * math.hypot(standard_error(ea), standard_error(eb))
+    half = unpaired_half_width(ea, eb)
     return Difference(label, diff, diff - half, diff + half, "unpaired")
 
 
@@ -138,7 +137,7 @@ def _eta(row: Row) -> float | None:
 def _others(row: Row, *ignored: str) -> str:
     """The row's parameters but η (and ``ignored``), as one comparable string."""
     skip = {"eta", "replacement", *ignored}
-    return json.dumps({k: v for k, v in row.params.items() if k not in skip}, sort_keys=True, default=str)
+    return params_json({k: v for k, v in row.params.items() if k not in skip})
 
 
 def _pairs(group: Group, a: str, b: str, *, finite: bool = False) -> list[tuple[Row, Row, str]]:
@@ -183,17 +182,25 @@ def privacy_rises(groups: Sequence[Group]) -> Verdict:
 def equally_private(groups: Sequence[Group], a: str = "pct2t", b: str = "t2t") -> Verdict:
     """``a`` and ``b`` equally private at the same η, within :data:`EQUIVALENCE_MARGIN`, for every attack."""
     m = EQUIVALENCE_MARGIN
-    diffs = [d for g in groups for ra, rb, label in _pairs(g, a, b) for attack in attacks_of(g)
-             if (d := difference(ra, rb, privacy_of(attack), f"{label}, {attack}: {a} − {b}")) is not None]
+    diffs = []
+    for g in groups:
+        attacks = attacks_of(g)
+        diffs += [d for ra, rb, label in _pairs(g, a, b) for attack in attacks
+                  if (d := difference(ra, rb, privacy_of(attack), f"{label}, {attack}: {a} − {b}")) is not None]
     return _judge(f"{b.upper()} ≈ {a.upper()} in privacy (margin ±{m:g})", diffs,
                   ok=lambda d: -m <= d.low and d.high <= m, against=lambda d: d.low > m or d.high < -m,
                   what=f"interval inside ±{m:g}")
 
 
+def _utility_diffs(groups: Sequence[Group], a: str, b: str) -> list[Difference]:
+    """``a``'s accuracy minus ``b``'s at each common finite η."""
+    return [d for g in groups for ra, rb, label in _pairs(g, a, b, finite=True)
+            if (d := difference(ra, rb, utility_of, f"{label}: {a} − {b}")) is not None]
+
+
 def utility_higher(groups: Sequence[Group], a: str, b: str) -> Verdict:
     """``a``'s accuracy higher than ``b``'s at each common finite η."""
-    diffs = [d for g in groups for ra, rb, label in _pairs(g, a, b, finite=True)
-             if (d := difference(ra, rb, utility_of, f"{label}: {a} − {b}")) is not None]
+    diffs = _utility_diffs(groups, a, b)
     return _judge(f"{a.upper()} > {b.upper()} in utility", diffs, ok=lambda d: d.low > 0,
                   against=lambda d: d.high < 0, what="significantly higher")
 
@@ -201,8 +208,7 @@ def utility_higher(groups: Sequence[Group], a: str, b: str) -> Verdict:
 def utility_not_lower(groups: Sequence[Group], a: str, b: str) -> Verdict:
     """``a``'s accuracy not lower than ``b``'s (by :data:`NON_INFERIORITY_MARGIN`) at each common finite η."""
     m = NON_INFERIORITY_MARGIN
-    diffs = [d for g in groups for ra, rb, label in _pairs(g, a, b, finite=True)
-             if (d := difference(ra, rb, utility_of, f"{label}: {a} − {b}")) is not None]
+    diffs = _utility_diffs(groups, a, b)
     return _judge(f"{a.upper()} ≥ {b.upper()} in utility (margin {m:g})", diffs, ok=lambda d: d.low >= -m,
                   against=lambda d: d.high < -m, what=f"interval above −{m:g}")
 
@@ -276,8 +282,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
     """Entry of ``rapt-audit claims``."""
     coll = collect(args.runs)
     coll.require_results("claims")
-    for problem in coll.problems:
-        print(f"rapt-audit: warning: left out {problem.path}: {problem.message}", file=sys.stderr)
+    coll.warn_problems()
     verdicts = evaluate(group_results(coll.results))
     if args.format == "json":
         print(json.dumps([asdict(v) for v in verdicts], indent=2))

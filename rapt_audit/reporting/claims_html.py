@@ -18,8 +18,8 @@ e = html.escape
 
 
 def status_html(status: str) -> str:
-    """The status as a badge whose class (``status supported``, ``status not-supported``…) styles it."""
-    return f"<span class='status {e(status.replace(' ', '-'))}'>{e(status)}</span>"
+    """The status as the report's tag badge, coloured by its class (``status supported``, ``status not-supported``…)."""
+    return f"<span class='tag status {e(status.replace(' ', '-'))}'>{e(status)}</span>"
 
 
 def _difference_row(d: Difference) -> str:
@@ -72,4 +72,4 @@ def claims_html(groups: Sequence[Group]) -> str:
     return "".join(parts)
 
 
-__all__ = ["claims_html", "status_html"]
+__all__ = ["claims_html"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -60,6 +61,11 @@ class Collection:
             return
         details = "; ".join(p.message for p in self.problems) or "no paths were given"
         raise ResultError(f"no usable result files for {what}: {details}")
+
+    def warn_problems(self) -> None:
+        """Print one warning per unusable input to stderr (the commands that go on without them)."""
+        for p in self.problems:
+            print(f"rapt-audit: warning: left out {p.path}: {p.message}", file=sys.stderr)
 
     def schema_summary(self) -> str | None:
         """One sentence saying which inputs use another schema version, or ``None``."""

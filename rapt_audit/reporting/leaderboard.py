@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
@@ -155,8 +154,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--preamble {args.preamble} cannot be read: {exc.strerror or exc}") from None
     out, coll = write_leaderboard(args.runs, out=args.out, report=args.report, title=args.title, preamble=preamble)
-    for p in coll.problems:
-        print(f"rapt-audit: warning: left out {p.path}: {p.message}", file=sys.stderr)
+    coll.warn_problems()
     print(f"wrote {out} ({len(coll.results)} result(s))")
     return 0
 

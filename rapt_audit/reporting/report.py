@@ -349,8 +349,7 @@ def add_parser(sub: Any) -> None:
 def cmd_report(args: Any) -> int:
     """Entry of ``rapt-audit report``: exit 0 when written (unusable inputs are listed), 2 when nothing usable."""
     out, coll = write_report(args.runs, out=args.out, title=args.title, figures_dir=args.figures, strict=args.strict)
-    for p in coll.problems:
-        print(f"rapt-audit: warning: left out {p.path}: {p.message}", file=sys.stderr)
+    coll.warn_problems()
     schema = coll.schema_summary()
     if schema:
         print(f"rapt-audit: warning: {schema}", file=sys.stderr)

@@ -59,14 +59,17 @@ def slim_files(paths: Sequence[str | Path], *, dry_run: bool = False) -> list[tu
     """
     coll = collect(paths, calibrations=False)
     coll.require_results("slim")
+    coll.warn_problems()  # files of another schema or corrupt ones are left as they are, and named
     sizes = []
     for loaded in coll.results:
         before = loaded.path.stat().st_size
         document = json.loads(loaded.path.read_text(encoding="utf-8"))
-        if slim_document(document) and not dry_run:
+        removed = slim_document(document)
+        if removed and not dry_run:
             write_json_atomic(loaded.path, document)
             read_result(loaded.path)  # the slimmed file still follows the schema
-        after = loaded.path.stat().st_size if not dry_run else len(json_text(document).encode("utf-8")) + 1
+        # A file with nothing to remove is not rewritten, so its size stays, in a dry run too.
+        after = len(json_text(document).encode("utf-8")) + 1 if removed and dry_run else loaded.path.stat().st_size
         sizes.append((loaded.path, before, after))
     return sizes
 

@@ -36,8 +36,7 @@ ul.details { margin: 0; padding-left: 1rem; font-size: .8em; max-width: 32rem; }
 table.prov td { font-size: .8em; }
 nav ol { columns: 2; }
 details summary { cursor: pointer; color: var(--muted); font-size: .85em; }
-.status { font-size: .8em; font-weight: 600; border: 1px solid; border-radius: 3px; padding: 0 .35rem;
-          margin-left: .4rem; white-space: nowrap; font-family: system-ui, sans-serif; }
+.tag.status { font-weight: 600; white-space: nowrap; border-color: currentColor; }
 .status.supported { color: var(--good); background: #dafbe1; }
 .status.not-supported { color: var(--bad); background: #ffebe9; }
 .status.inconclusive { color: var(--warn); background: #fff4e5; }

@@ -9,7 +9,8 @@ checked there, the ``precision`` setting), :mod:`~rapt_audit.utility.state_cache
 signature), :mod:`~rapt_audit.utility.probes` (the
 cheap bag-of-words and logistic-regression probes) and :mod:`~rapt_audit.utility.training` (the one
 training loop, used by customization and by the attacks' and defenses' own networks, with the helpers that
-keep it free of per-step device synchronisation: ``to_device``, ``DeviceSum``).
+keep it free of per-step device synchronisation: ``DeviceSum``, and ``to_device`` from
+:mod:`rapt_audit.encoder.encode`).
 
 May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.encoder`.
 """

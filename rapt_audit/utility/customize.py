@@ -247,11 +247,11 @@ class TrainedClassifier:
     history: list[dict[str, float]] = field(default_factory=list)
     best_epoch: int = 0
 
-    def predict_proba(self, texts: Sequence[str] | Tokenized, *, batch_size: int | None = None) -> np.ndarray:
+    def predict_proba(self, texts: Sequence[str] | Tokenized) -> np.ndarray:
         """Class probabilities for privatized ``texts`` (eval mode, no reconstruction head needed).
 
-        ``texts`` are tokenized once (or come tokenized); batches of similar length run on the device
-        and the probabilities are read back once. ``batch_size``: None is ``max(64, 2 × training batch)``.
+        ``texts`` are tokenized once (or come tokenized); batches of ``max(64, 2 × training batch)``
+        texts of similar length run on the device and the probabilities are read back once.
         """
         import torch  # lazy (torch)
 
@@ -261,7 +261,7 @@ class TrainedClassifier:
             return np.zeros((0, n_labels), dtype=np.float32)
         tokens = tokenize(self.tokenizer, texts, plain_count=self.plain_count, max_length=self.settings.max_length,
                           device=self.device)
-        size = batch_size or max(EVAL_BATCH_MIN, 2 * self.settings.batch_size)
+        size = max(EVAL_BATCH_MIN, 2 * self.settings.batch_size)
         order = np.argsort(tokens.chars)
         out = torch.zeros((len(tokens), n_labels), dtype=torch.float32, device=self.device)
         with torch.inference_mode(), autocast(self.device, self.settings.precision):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence, get_args
 
 import numpy as np
 
@@ -27,7 +27,9 @@ from rapt_audit.utility.training import padded_rows
 #: parameters, gradients and optimizer state stay fp32). fp32 is the default until bf16 is measured on
 #: a GPU; on the 2-core CPU (no native bf16) bf16 was 3–4× slower and its SST-2 accuracy (cpu profile,
 #: 600 texts, prompt tuning) .708/.708 against fp32's .718/.724 for seeds 0/1, within the ±4-point noise.
-PRECISIONS = ("fp32", "bf16")
+#: Training precisions: the type of the ``precision`` setting, and its values.
+Precision = Literal["fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 def check_precision(value: str) -> str:
@@ -172,4 +174,4 @@ class FirstNonFinite:
         return value if seen else None
 
 
-__all__ = ["PRECISIONS", "FirstNonFinite", "Tokenized", "autocast", "check_precision", "tokenize"]
+__all__ = ["PRECISIONS", "Precision", "FirstNonFinite", "Tokenized", "autocast", "check_precision", "tokenize"]

@@ -50,7 +50,8 @@ import numpy as np
 
 from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.registry import unknown_name_message
-from rapt_audit.utility.training import Epochs, fit
+from rapt_audit.encoder.encode import to_device
+from rapt_audit.utility.training import DeviceSum, Epochs, fit
 
 #: ``none`` keeps the public encoder as it is.
 OBJECTIVES = ("none", "vanilla", "prob", "denoise")
@@ -320,37 +321,43 @@ def _mlm_phase(model: Any, loaded: Any, texts: Sequence[AlignedText], settings: 
     order = np.concatenate([rng.permutation(pairs) for _ in range(-(-settings.steps * settings.batch_size // pairs))])
     batches = [order[s * settings.batch_size:(s + 1) * settings.batch_size] for s in range(settings.steps)]
     curve: list[dict[str, float]] = []
-    window: list[float] = []
+    # The loss is summed on the device and read at each point of the curve: a read per step would wait
+    # for the device at every step.
+    window, window_steps = DeviceSum(("mlm_loss",), loaded.device), 0
     every = max(1, settings.steps // 10)
     step = 0
     frozen_encoder = not any(p.requires_grad for p in model.base_model.parameters())
 
     def loss(batch: np.ndarray) -> Any:
+        nonlocal window_steps
         picked = [texts[i // copies] for i in batch]
         visit = [int(i % copies) for i in batch]
         prepared = mask_batch(loaded.tokenizer, pieces, picked, visit, settings, rng)
         if len(prepared["rows"]) == 0:
             return None
         with torch.set_grad_enabled(not frozen_encoder):
-            hidden = model.base_model(input_ids=prepared["input_ids"].to(loaded.device),
-                                      attention_mask=prepared["attention_mask"].to(loaded.device)).last_hidden_state
-        rows = torch.as_tensor(prepared["rows"], device=loaded.device)
-        positions = torch.as_tensor(prepared["positions"], device=loaded.device)
+            hidden = model.base_model(input_ids=to_device(prepared["input_ids"], loaded.device),
+                                      attention_mask=to_device(prepared["attention_mask"], loaded.device)
+                                      ).last_hidden_state
+        rows, positions = to_device(prepared["rows"], loaded.device), to_device(prepared["positions"], loaded.device)
         # Only the masked positions go through the vocabulary projection (a 30k-wide matmul).
         log_p = torch.log_softmax(model.cls(hidden[rows, positions]), dim=-1)
-        ids = torch.as_tensor(prepared["target_ids"], device=loaded.device)
-        weights = torch.as_tensor(prepared["target_weights"], device=loaded.device)
+        ids = to_device(prepared["target_ids"], loaded.device)
+        weights = to_device(prepared["target_weights"], loaded.device)
         value = -(weights * log_p.gather(1, ids)).sum(1).mean()  # eqs. 5–7: one-hot or frequency targets
-        window.append(float(value.detach()))
+        window.add("mlm_loss", value)
+        window_steps += 1
         return value
 
     def after_step() -> None:
-        nonlocal step
+        nonlocal step, window_steps
         schedule.step()
         step += 1
         if step % every == 0 or step == settings.steps:
-            curve.append({"phase": phase, "step": step, "mlm_loss": round(float(np.mean(window)), 4)})
-            window.clear()
+            total = window.read()["mlm_loss"]
+            mean = total / window_steps if window_steps else math.nan
+            curve.append({"phase": phase, "step": step, "mlm_loss": round(mean, 4)})
+            window_steps = 0
         tick()
 
     fit(model, loss=loss, batches=lambda: batches, optimizer=optimizer, stop=Epochs(1), after_step=after_step)

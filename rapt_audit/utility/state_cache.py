@@ -10,20 +10,17 @@ Reading an entry gives the very weights the training wrote, so results do not ch
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rapt_audit.api.files import write_cache_atomic
+from rapt_audit.api.files import stable_hash, write_cache_atomic
 
 
 def state_key(signature: Mapping[str, Any]) -> str:
     """A short stable digest of a signature (the entry's file name)."""
-    text = json.dumps(signature, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return stable_hash(signature)[:16]
 
 
 def cached_state(folder: Path, signature: Mapping[str, Any], *, train: Callable[[], tuple[Any, dict[str, Any]]],

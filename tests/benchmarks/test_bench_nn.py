@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex, exact_nearest
+from rapt_audit.mechanisms.nn_exact import exact_nearest
+from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex
 
 N_QUERIES = 4096
 ETA = 100.0
