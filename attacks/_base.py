@@ -10,7 +10,8 @@ from rapt_audit.pipeline.context import RunContext
 
 
 def check_disjoint(aux: AttackerData, truth: Sequence[Record]) -> None:
-    """Fail loudly if any victim record is in the attacker's data (DESIGN.md §5)."""
+    """Fail loudly if any victim record is in the attacker's data (the attacker's splits are disjoint from the
+    victim's, so an attack cannot score itself on records it trained on)."""
     seen = {r.uid for r in aux.train} | {r.uid for r in aux.valid}
     overlap = [r.uid for r in truth if r.uid in seen]
     if overlap:

@@ -15,6 +15,7 @@ holds the parameters this takes and the three steps that do not depend on the ne
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -25,6 +26,7 @@ from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat
 from rapt_audit.api.types import AttackerData, Record, Release, Skip
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
 from rapt_audit.attacks._token_views import TokenView, Units, build_views, release_kind, units_of, views_for
+from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.training import EarlyStopping, TrainOutcome, adam, fit, shuffled, supervised_loss
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,20 +96,22 @@ class LearnedTokenInversion(CheckedParams):
         self._std = np.maximum(x.std(axis=0, keepdims=True), 1e-6)
 
     def _train(self, x: np.ndarray, y: np.ndarray, *, criterion: Callable[[Any, Any], Any],
-               valid_score: Callable[[Any], float], seed: int, device: str) -> TrainOutcome:
+               valid_score: Callable[[Any], float], seed: int, ctx: RunContext) -> TrainOutcome:
         """Train ``self._net`` with epoch selection on the attacker's validation data.
 
         Adam with ``lr`` and ``weight_decay``, batches of ``batch_size`` in an order seeded by ``seed``
         (initialisation is seeded by the caller), at most ``epochs`` epochs with ``patience``.
         ``valid_score(net)`` is maximised and reads attacker-valid data only (never the victim's
         records). The untrained network (epoch 0) is a candidate too, so a model that never beats its
-        initialisation on validation data is reported as such instead of overfitting.
+        initialisation on validation data is reported as such instead of overfitting. Forward passes
+        run in the run's precision (``ctx.precision``) on its device.
         """
         net = self._net
-        return fit(net, loss=supervised_loss(net, x, y, criterion, device=device),
+        return fit(net, loss=supervised_loss(net, x, y, criterion, device=ctx.device),
                    batches=shuffled(len(x), int(self.batch_size), rng=np.random.default_rng(seed)),
                    optimizer=adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay, fused=True),
-                   stop=EarlyStopping(int(self.epochs), valid_score, patience=int(self.patience), untrained=True))
+                   stop=EarlyStopping(int(self.epochs), valid_score, patience=int(self.patience), untrained=True),
+                   autocast=functools.partial(autocast, ctx.device, ctx.precision))
 
     def _victim_views(self, release: Release, truth: Sequence[Record], *, ctx: RunContext
                       ) -> tuple[list[TokenView], Units]:

@@ -8,28 +8,22 @@ carrying its tag. :data:`CODE_VERSION` names this code in the signature of a cac
 
 from __future__ import annotations
 
-import hashlib
+import functools
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.version import __version__
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility import training
-from rapt_audit.utility.training import Epochs, fit, padded_rows
+from rapt_audit.utility.on_device import autocast
+from rapt_audit.utility.state_cache import code_digest
+from rapt_audit.utility.training import Epochs, fit, length_batches, padded_rows
 
 
-def _code_version() -> str:
-    """The package version and a hash of the code that builds, trains and tags with the classifier."""
-    digest = hashlib.sha256(__version__.encode("utf-8"))
-    here = Path(__file__)
-    for module in (here, Path(training.__file__), here.with_name("_ner_tags.py"), here.with_name("ner.py")):
-        digest.update(Path(module).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-CODE_VERSION = _code_version()
+#: The code that builds, trains and tags with the classifier (its cached weights are reused only by it).
+CODE_VERSION = code_digest(__file__, training.__file__, Path(__file__).with_name("_ner_tags.py"),
+                           Path(__file__).with_name("ner.py"))
 
 
 def token_classifier(attack: Any, *, ctx: RunContext, state: Mapping[str, Any] | None = None) -> Any:
@@ -120,17 +114,10 @@ def train_token_classifier(attack: Any, words: list[list[str]], tags: list[list[
     def loss(positions: np.ndarray) -> Any:
         return model(**padded_rows(inputs, lengths, positions, ctx.device)[1]).loss
 
-    fit(model, loss=loss, batches=lambda: length_batches([len(words[k]) for k in keep], attack.batch_size, order_rng),
-        optimizer=optimizer, stop=Epochs(attack.epochs), after_step=schedule.step)
+    fit(model, loss=loss, batches=length_batches([len(words[k]) for k in keep], attack.batch_size, rng=order_rng),
+        optimizer=optimizer, stop=Epochs(attack.epochs), after_step=schedule.step,
+        autocast=functools.partial(autocast, ctx.device, ctx.precision))
     return model
-
-
-def length_batches(lengths: Sequence[int], size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Batches of similar length (less padding), in random order: sort by length plus jitter, chunk, shuffle."""
-    key = np.asarray(lengths, dtype=float) + rng.uniform(0, 4, size=len(lengths))
-    order = np.argsort(key, kind="stable")
-    batches = [order[i:i + size] for i in range(0, len(order), size)]
-    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def predict_tags(attack: Any, words: list[list[str]], *, ctx: RunContext,
@@ -148,7 +135,7 @@ def predict_tags(attack: Any, words: list[list[str]], *, ctx: RunContext,
     inputs, lengths, first = encode_words(ctx.encoder().tokenizer, [words[k] for k in order], max_length=limit)
     inputs = {key: v.to(ctx.device) for key, v in inputs.items()}
     best = []
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast(ctx.device, ctx.precision):
         # Every batch is queued before any prediction is read (once, at the end).
         for start in range(0, len(order), batch_size):
             rows = np.arange(start, min(start + batch_size, len(order)))
@@ -160,5 +147,5 @@ def predict_tags(attack: Any, words: list[list[str]], *, ctx: RunContext,
     return out
 
 
-__all__ = ["CODE_VERSION", "encode_words", "length_batches", "predict_tags", "token_classifier",
+__all__ = ["CODE_VERSION", "encode_words", "predict_tags", "token_classifier",
            "train_token_classifier"]

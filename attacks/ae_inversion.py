@@ -17,6 +17,7 @@ from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.nn_search import vocabulary_index
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
+from rapt_audit.utility.on_device import autocast
 
 metric("reconstruction_mse", "privacy", True,
        "autoencoder reconstruction error ||x - x_hat||^2 of original token embeddings (RAPT's AE metric)",
@@ -62,15 +63,16 @@ class AEInversionAttack(LearnedTokenInversion):
 
     _prior: np.ndarray | None = field(default=None, init=False, repr=False)
 
-    def _reconstruct(self, feats: np.ndarray, units: Units, device: str) -> np.ndarray:
-        """x̂ per unit from the released features (the prior mean for units with no released counterpart)."""
+    def _reconstruct(self, feats: np.ndarray, units: Units, ctx: RunContext) -> np.ndarray:
+        """x̂ per unit from the released features (the prior mean for units with no released counterpart),
+        computed in the run's precision and returned in float32."""
         import torch  # lazy (torch)
 
         out = np.repeat(self._prior[None, :], units.source.size, axis=0).astype(np.float32)
         if units.aligned.any():
             x = ((feats[units.source[units.aligned]] - self._mean) / self._std).astype(np.float32)
-            with torch.inference_mode():  # every chunk queued on the device, the result read once
-                x = torch.as_tensor(x, device=device)
+            with torch.inference_mode(), autocast(ctx.device, ctx.precision):  # every chunk queued, read once
+                x = torch.as_tensor(x, device=ctx.device)
                 rec = torch.cat([self._net(x[s:s + _BATCH]).float() for s in range(0, len(x), _BATCH)])
             out[units.aligned] = rec.cpu().numpy()
         return out
@@ -98,11 +100,11 @@ class AEInversionAttack(LearnedTokenInversion):
             def neg_valid_mse(_model: Any) -> float:
                 if valid_units.source.size == 0:
                     return 0.0
-                err = self._reconstruct(valid_feats, valid_units, ctx.device) - valid_targets
+                err = self._reconstruct(valid_feats, valid_units, ctx) - valid_targets
                 return -float((err * err).sum(axis=1).mean())
 
             outcome = self._train(x, y, criterion=torch.nn.functional.mse_loss, valid_score=neg_valid_mse,
-                                  seed=seed, device=ctx.device)
+                                  seed=seed, ctx=ctx)
         self._fit_details = {"release_kind": self._kind, "train_tokens": int(len(y)),
                              "valid_tokens": int(valid_units.source.size), "best_epoch": outcome.best_epoch,
                              "valid_mse_by_epoch": [round(-v, 5) for v in outcome.scores],
@@ -114,7 +116,7 @@ class AEInversionAttack(LearnedTokenInversion):
         views, units = self._victim_views(release, truth, ctx=ctx)
         space = embedding_space(ctx)
         target = np.asarray(space.vectors[units.target_row], dtype=np.float32)
-        rec = self._reconstruct(features(views, ctx=ctx, context=self.context), units, ctx.device)
+        rec = self._reconstruct(features(views, ctx=ctx, context=self.context), units, ctx)
         sq_err = ((rec - target) ** 2).sum(axis=1)
         prior_err = ((self._prior[None, :] - target) ** 2).sum(axis=1)
         nearest = vocabulary_index(ctx).search(rec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
@@ -18,6 +19,7 @@ from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.classification import accuracy_estimate, macro_f1_estimate
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
+from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.training import EarlyStopping, fit, shuffled, supervised_loss
 
 metric("attribute_macro_f1", "attack", False, "macro-F1 of the attacker's private-attribute guesses")
@@ -143,7 +145,8 @@ class AttributeInferenceAttack(CheckedParams):
                                                   device=ctx.device),
                       batches=shuffled(len(x_train), self.batch_size, rng=ctx.rng("attack", self.name, "order")),
                       optimizer=torch.optim.Adam(model.parameters(), lr=self.lr),
-                      stop=EarlyStopping(self.epochs, valid_accuracy))
+                      stop=EarlyStopping(self.epochs, valid_accuracy),
+                      autocast=functools.partial(autocast, ctx.device, ctx.precision))
         return model, outcome.best_epoch, outcome.best_score
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
@@ -164,7 +167,7 @@ class AttributeInferenceAttack(CheckedParams):
         mean, std = self._scaler
         x = torch.as_tensor((features[[position[r.uid] for r in scored]] - mean) / std, dtype=torch.float32,
                             device=ctx.device)
-        with torch.no_grad(), one_thread(ctx.device):
+        with torch.no_grad(), one_thread(ctx.device), autocast(ctx.device, ctx.precision):
             predicted = self._model(x).argmax(1).cpu().numpy()
         truth_y = self._encode(scored)
         rng = ctx.rng("attack", self.name, "bootstrap")

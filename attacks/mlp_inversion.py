@@ -17,6 +17,7 @@ from rapt_audit.attacks._token_views import TokenView, Units, accuracy, aligned_
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.pipeline.context import RunContext
+from rapt_audit.utility.on_device import autocast
 
 _PREDICT_BATCH = 4096
 
@@ -48,8 +49,8 @@ class MLPInversionAttack(LearnedTokenInversion):
     Gaussian fit to the release error (released − original vector) on attacker-train, rescaled by the
     power of two best on attacker-valid. The untrained network is thus a prior-weighted nearest-
     neighbour (MAP-style) decoder over the classes — epoch 0 of the epoch selection — and training is
-    kept only when it improves on that on attacker-valid data. The
-    adversary holds the public model (DESIGN §2), so the head uses nothing it does not have. With a
+    kept only when it improves on that on attacker-valid data. The adversary holds the public model
+    (its vocabulary and embedding table are public), so the head uses nothing it does not have. With a
     few examples per class a plain softmax layer (``nn_head=false``, the literal RAPT description;
     it wants ``lr=1e-3``) cannot learn the embedding geometry and falls far below nearest-neighbour
     inversion at low noise (SST-2, 2,000 attacker records, embedding η = 125: 0.54 vs 0.98).
@@ -134,14 +135,14 @@ class MLPInversionAttack(LearnedTokenInversion):
             self._net.log_scale.fill_(math.log(best_scale))
         return float(best_scale)
 
-    def _predict(self, x: np.ndarray, k: int, device: str) -> np.ndarray:
-        """Rows of the ``k`` most probable classes per input (best first)."""
+    def _predict(self, x: np.ndarray, k: int, ctx: RunContext) -> np.ndarray:
+        """Rows of the ``k`` most probable classes per input (best first), scored in the run's precision."""
         import torch  # lazy (torch)
 
         if not len(x):
             return self._class_rows[np.empty((0, k), dtype=np.int64)]
-        with torch.inference_mode():  # every chunk queued on the device, the result read once
-            x = torch.as_tensor(x, device=device)
+        with torch.inference_mode(), autocast(ctx.device, ctx.precision):  # every chunk queued, read once
+            x = torch.as_tensor(x, device=ctx.device)
             out = torch.cat([torch.topk(self._net(x[s:s + _PREDICT_BATCH]), k, dim=1).indices
                              for s in range(0, len(x), _PREDICT_BATCH)])
         return self._class_rows[out.cpu().numpy()]
@@ -150,7 +151,7 @@ class MLPInversionAttack(LearnedTokenInversion):
         """Top-``k`` guessed rows per unit; ``-1`` for units without a released counterpart."""
         guesses = np.full((units.source.size, k), -1, dtype=np.int64)
         if units.aligned.any():
-            guesses[units.aligned] = self._predict(self._inputs(views, units, ctx), k, ctx.device)
+            guesses[units.aligned] = self._predict(self._inputs(views, units, ctx), k, ctx)
         return guesses
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> MLPInversionAttack:
@@ -188,13 +189,13 @@ class MLPInversionAttack(LearnedTokenInversion):
                     return 0.0
                 guess = np.full(valid_units.source.size, -1, dtype=np.int64)
                 if len(valid_x):
-                    guess[valid_units.aligned] = self._predict(valid_x, 1, ctx.device)[:, 0]
+                    guess[valid_units.aligned] = self._predict(valid_x, 1, ctx)[:, 0]
                 return float((guess == valid_units.target_row).mean())
 
             if self.nn_head:  # the Gaussian scale is a poor likelihood for text releases: tune it first
                 scale = self._calibrate_scale(scale, valid_accuracy)
             outcome = self._train(x, y, criterion=torch.nn.functional.cross_entropy, valid_score=valid_accuracy,
-                                  seed=seed, device=ctx.device)
+                                  seed=seed, ctx=ctx)
         self._fit_details = {
             "release_kind": self._kind, "classes": len(ranked), "train_tokens": int(len(y)),
             "train_tokens_outside_classes": int((~keep).sum()), "valid_tokens": int(valid_units.source.size),

@@ -232,7 +232,7 @@ class TrainedNERAttack(NERAttackBase):
         signature = {"attack": self.name, "params": get_params(self), "labels": self._labels,
                      "data": hashlib.sha256(json.dumps([texts, tags]).encode("utf-8")).hexdigest(),
                      "model": ctx.encoder().fingerprint, "seed": ctx.seed, "device": ctx.device,
-                     "code": CODE_VERSION}
+                     "precision": ctx.precision, "code": CODE_VERSION}
         self._model, _, cached = cached_state(
             ctx.cache_dir / "attacks", signature, device=ctx.device,
             train=lambda: (train_token_classifier(self, texts, tags, ctx=ctx), {}),

@@ -7,6 +7,7 @@ This module imports torch at import time; defenses import it inside their method
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,7 @@ from torch import nn
 
 from rapt_audit.encoder.encode import to_device
 from rapt_audit.encoder.models import one_thread
+from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.training import DeviceSum, Epochs, fit, shuffled_even, supervised_loss
 
 
@@ -70,21 +72,23 @@ class TrainedClassifier:
     n_classes: int
     device: str
     history: list[float] = field(default_factory=list)
+    precision: str = "fp32"
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        """Class probabilities ``(n, k)`` for feature rows ``x``."""
+        """Class probabilities ``(n, k)`` for feature rows ``x`` (computed in the training precision)."""
         self.model.eval()
-        with torch.no_grad(), one_thread(self.device):
+        with torch.no_grad(), one_thread(self.device), autocast(self.device, self.precision):
             logits = self.model(torch.as_tensor(np.asarray(x, dtype=np.float32), device=self.device))
-        return torch.softmax(logits, dim=1).cpu().numpy()
+        return torch.softmax(logits.float(), dim=1).cpu().numpy()
 
 
 def fit_classifier(x: np.ndarray, y: np.ndarray, *, n_classes: int, hidden: int = 256, dropout: float = 0.4,
                    epochs: int = 30, lr: float = 1e-3, batch_size: int = 64, weight_decay: float = 1e-4,
-                   seed: int, device: str = "cpu") -> TrainedClassifier:
+                   seed: int, device: str = "cpu", precision: str = "fp32") -> TrainedClassifier:
     """Train an MLP on standardised-by-the-caller features for a **fixed** number of epochs.
 
-    A fixed epoch count (never chosen on any test split) keeps the utility protocol honest.
+    A fixed epoch count (never chosen on any test split) keeps the utility protocol honest. Forward
+    passes run at ``precision`` (:func:`rapt_audit.utility.on_device.autocast`).
     """
     torch.manual_seed(seed)
     order_rng = np.random.default_rng(seed)
@@ -104,8 +108,8 @@ def fit_classifier(x: np.ndarray, y: np.ndarray, *, n_classes: int, hidden: int 
 
     with one_thread(device):
         outcome = fit(model, loss=loss, batches=shuffled_even(len(x), batch_size, rng=order_rng), optimizer=optimizer,
-                      stop=Epochs(epochs), end_epoch=mean_loss)
-    return TrainedClassifier(model, n_classes, device, outcome.history)
+                      stop=Epochs(epochs), end_epoch=mean_loss, autocast=functools.partial(autocast, device, precision))
+    return TrainedClassifier(model, n_classes, device, outcome.history, precision)
 
 
 @dataclass
@@ -127,7 +131,8 @@ class CapeModel:
 
 def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *, n_classes: int, n_values: int,
                noise_scale: float, adversary_weight: float, hidden: int, dropout: float, lr: float,
-               adversary_lr: float, epochs: int, batch_size: int, seed: int, device: str = "cpu") -> CapeModel:
+               adversary_lr: float, epochs: int, batch_size: int, seed: int, device: str = "cpu",
+               precision: str = "fp32") -> CapeModel:
     """CAPE's adversarial training (Plant et al., EMNLP 2021, Sec. 3) on frozen pooled representations.
 
     Forward: ``r = minmax(P·pooled)``, ``r̃ = r + Laplace(0, noise_scale)`` fresh at every step, the task
@@ -142,6 +147,8 @@ def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *
         n_classes / n_values: Number of task classes / attribute values (0 disables that head).
         noise_scale: Laplace scale ``sensitivity / epsilon`` (0: no noise).
         adversary_weight: λ of the gradient reversal (0: the adversary is not trained at all).
+        precision: Of the heads' forward passes; the projection, its normalisation and the Laplace
+            noise are computed in float32 as in the release, whatever the precision.
     """
     d = pooled.shape[1]
     torch.manual_seed(seed)
@@ -168,8 +175,9 @@ def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *
 
     def loss(idx: np.ndarray) -> torch.Tensor | None:
         rows = to_device(idx, device)
-        r = minmax_torch(projection(xt[rows]))
-        noisy = r + laplace_like(r, noise_scale, generator)
+        with autocast(device, "fp32"):  # the mechanism's part: float32, as the release computes it
+            r = minmax_torch(projection(xt[rows]))
+            noisy = r + laplace_like(r, noise_scale, generator)
         total = torch.zeros((), device=device)
         has_label, has_attr = labels[idx] >= 0, attributes[idx] >= 0
         if task_head is not None and has_label.any():
@@ -194,6 +202,7 @@ def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *
     parts = nn.ModuleList([m for m in (projection, task_head, adversary_head) if m is not None])
     with one_thread(device):
         outcome = fit(parts, loss=loss, batches=shuffled_even(len(xt), batch_size, rng=np.random.default_rng(seed)),
-                      optimizer=optimizer, stop=Epochs(epochs), end_epoch=epoch_record)
+                      optimizer=optimizer, stop=Epochs(epochs), end_epoch=epoch_record,
+                      autocast=functools.partial(autocast, device, precision))
     model.history = outcome.history
     return model

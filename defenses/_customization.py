@@ -48,8 +48,8 @@ class Customized(CheckedParams):
             :data:`rapt_audit.utility.selection.LR_GRIDS` at ``paper``, the profile's one value otherwise).
         patience: Epochs without a better validation accuracy before training stops (None: the profile's).
         batch_size, max_length, virtual_tokens: Training settings (None: the profile's).
-        precision: ``fp32`` or ``bf16`` (mixed precision on the model's device; None: fp32, the default
-            until bf16 is measured against it on a GPU).
+        precision: ``fp32`` or ``bf16`` for the service's customization alone (None: the run's
+            ``--precision``, by default bf16 mixed precision where the CPU or GPU computes it natively).
     """
 
     method: Annotated[str, Check(check_text_method)] = "bow"

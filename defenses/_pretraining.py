@@ -130,6 +130,9 @@ def adapted_encoder(defense: TextDefense, ctx: RunContext) -> tuple[Any, dict[st
                  "defense": defense.name, "mechanism": mechanism_parameters(defense),
                  "eta": "inf" if eta == float("inf") else eta, "settings": settings.to_dict(), "seed": ctx.seed}
     key = state_key(signature)
+    # The stored weights depend on the precision they were trained in; the seeds (from ``key``) do not,
+    # so an fp32 and a bf16 run of one cell draw the same batches and masks.
+    signature["precision"] = ctx.precision
     record = {"objective": settings.objective, "settings": settings.to_dict(), "corpus": corpus,
               "eta": signature["eta"], "key": key,
               "note": "pretraining changes the service's model, not the release: every attack is unchanged"}
@@ -140,7 +143,8 @@ def adapted_encoder(defense: TextDefense, ctx: RunContext) -> tuple[Any, dict[st
         picked = rng.choice(len(texts), size=min(settings.texts_needed, len(texts)), replace=False)
         aligned = aligned_privatizations(defense, [texts[i] for i in sorted(picked)],
                                          copies=settings.perturbations, eta=eta, rng=rng, ctx=ctx)
-        model, curve = pretrain_encoder(loaded, aligned, settings, seed=ctx.seed_for("pretrain", key))
+        model, curve = pretrain_encoder(loaded, aligned, settings, seed=ctx.seed_for("pretrain", key),
+                                        precision=ctx.precision)
         return model, {"corpus_texts": len(aligned), "loss_curve": curve,
                        "train_seconds": round(time.perf_counter() - started, 2)}
 

@@ -137,12 +137,15 @@ class TaskClassifier(CheckedParams):
     batch_size: PositiveInt = 64
 
     def fit_task_classifier(self, x: np.ndarray, y: np.ndarray, *, n_classes: int, seed: int,
-                            device: str) -> Callable[[np.ndarray], np.ndarray]:
-        """Train on ``x`` standardised with its own statistics; return class probabilities for raw rows."""
+                            device: str, precision: str) -> Callable[[np.ndarray], np.ndarray]:
+        """Train on ``x`` standardised with its own statistics; return class probabilities for raw rows.
+
+        ``precision`` is the run's (``ctx.precision``), for training and prediction alike.
+        """
         from rapt_audit.defenses._adversarial import fit_classifier  # lazy (torch)
 
         mean, std = x.mean(axis=0), x.std(axis=0) + 1e-6
         model = fit_classifier((x - mean) / std, y, n_classes=n_classes, hidden=int(self.hidden),
                                dropout=float(self.dropout), epochs=int(self.epochs), lr=float(self.lr),
-                               batch_size=int(self.batch_size), seed=seed, device=device)
+                               batch_size=int(self.batch_size), seed=seed, device=device, precision=precision)
         return lambda rows: model.predict_proba((rows - mean) / std)

@@ -17,6 +17,7 @@ from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import check_epsilon
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.classification import classification_utility
+from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.probes import require_labels
 
 
@@ -58,7 +59,8 @@ class CapeDefense(CheckedParams, LaplaceRelease):
     label contribute only the adversary loss and records without the attribute only the task loss,
     so CAPE can be trained on a mix of a labelled dataset and an attribute dataset (the Fig. 7
     script does this, because no dataset here has both). ``lam = 0`` trains no adversary.
-    Defaults: REFERENCE.md (ε = 0.1, λ = 1.0, hidden 256, dropout 0.4, lr 1e-3, 20 epochs, batch 64).
+    Defaults follow the CAPE paper's setting (Plant et al., EMNLP 2021): ε = 0.1, λ = 1.0, hidden 256,
+    dropout 0.4, lr 1e-3, 20 epochs, batch 64.
     """
 
     name: ClassVar[str] = "cape"
@@ -105,7 +107,7 @@ class CapeDefense(CheckedParams, LaplaceRelease):
             n_values=len(self._values), noise_scale=self.noise_scale, adversary_weight=self.lam, hidden=int(self.hidden),
             dropout=float(self.dropout), lr=float(self.lr), adversary_lr=float(self.adversary_lr),
             epochs=int(self.epochs), batch_size=int(self.batch_size), seed=ctx.seed_for("defense", self.name, "train"),
-            device=ctx.device)
+            device=ctx.device, precision=ctx.precision)
         return self
 
     def _require_fit(self) -> Any:
@@ -138,7 +140,7 @@ class CapeDefense(CheckedParams, LaplaceRelease):
             raise DataError("cape was trained on records without task labels, so it has no task classifier; "
                             "fit it on a labelled dataset (sst2, qqp, synthetic) to measure utility")
         x = self.release(test, ctx=ctx).sequence_embeddings
-        with torch.no_grad(), one_thread(ctx.device):
+        with torch.no_grad(), one_thread(ctx.device), autocast(ctx.device, ctx.precision):
             logits = model.task_head(torch.as_tensor(x, device=ctx.device))
-        probs = torch.softmax(logits, dim=1).cpu().numpy()
+        probs = torch.softmax(logits.float(), dim=1).cpu().numpy()
         return classification_utility(probs, y_test, rng=ctx.rng("utility", self.name))

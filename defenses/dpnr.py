@@ -102,6 +102,7 @@ class DpnrDefense(TaskClassifier, LaplaceRelease):
         y = require_labels(self._train, split="victim_train")
         x, _ = self._representations(self._train, ctx)
         self._classifier = self.fit_task_classifier(x, y, n_classes=int(y.max()) + 1, device=ctx.device,
+                                                    precision=ctx.precision,
                                                     seed=ctx.seed_for("defense", self.name, "classifier"))
         return self
 

@@ -208,7 +208,7 @@ class SndDefense(TaskClassifier):
         for suffix, (x_train, x_test) in views.items():
             probabilities = self.fit_task_classifier(
                 x_train, y_train, n_classes=int(max(y_train.max(), y_test.max())) + 1, device=ctx.device,
-                seed=ctx.seed_for("defense", self.name, "classifier", suffix))
+                precision=ctx.precision, seed=ctx.seed_for("defense", self.name, "classifier", suffix))
             out.update(classification_utility(probabilities(x_test), y_test, rng=rng, suffix=suffix))
         clean = cached_pooled(ctx, list(test), tag="clean")
         for label, (_, x_test) in zip(("denoised", "noisy"), views.values()):

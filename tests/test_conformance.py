@@ -15,7 +15,8 @@ import pytest
 from rapt_audit.api.params import make_plugin
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.types import RELEASE_KINDS, AttackResult, Estimate, Release
-from rapt_audit.scoring.metrics import METRICS
+from rapt_audit.pipeline.contracts import check_attack_result, check_release, check_utility
+from rapt_audit.scoring.metrics import METRICS, headline_metric
 
 load()
 
@@ -58,11 +59,14 @@ def test_defense_contract(name, ctx, synthetic_splits):
     test = synthetic_splits.victim_test
     release = defense.release(test, ctx=ctx)
     assert isinstance(release, Release)
+    check_release(name, defense.exposes, release, test)  # what the runner checks of every release
     assert release.uids == tuple(r.uid for r in test)
     assert release.kinds == defense.exposes
     again = defense.release(test, ctx=ctx)
     assert _same_release(release, again), "the same seed must reproduce the release"
-    for metric, est in defense.utility(test, ctx=ctx).items():
+    utility = defense.utility(test, ctx=ctx)
+    check_utility(name, utility)
+    for metric, est in utility.items():
         assert METRICS.get(metric.split(".")[0]).kind == "utility"
         _check_estimate(metric, est)
 
@@ -91,7 +95,9 @@ def test_attack_contract(name, ctx, synthetic_splits):
     release = defense.release(synthetic_splits.victim_test, ctx=ctx)
     outcome = attack.attack(release, synthetic_splits.victim_test, ctx=ctx)
     assert isinstance(outcome, AttackResult)
-    _check_estimate("empirical_privacy", outcome.empirical_privacy)
+    check_attack_result(name, outcome)  # what the runner checks (a breach would record the attack as failed)
+    # 1 − attack success in [0, 1], or the attack's own declared measure (ae_inversion's reconstruction MSE).
+    _check_estimate(headline_metric(outcome.metrics, outcome.empirical_privacy), outcome.empirical_privacy)
     for metric, est in outcome.metrics.items():
         _check_estimate(metric, est)
     repeat = _build(ATTACKS, name).fit(synthetic_splits.attacker, defense, ctx=ctx)

@@ -45,6 +45,7 @@ README = REPO / "README.md"
 PROGRAM = "rapt-audit"
 VENV_PROGRAM = ".venv/bin/rapt-audit"
 TEST_COMMAND = ".venv/bin/python -m pytest"
+SLOW_COMMAND = f"{TEST_COMMAND} -m slow "
 
 
 def _ci_gate(path: Path) -> None:
@@ -226,11 +227,35 @@ def test_documented_setup_step(step: DocLine):
     elif shlex.join(argv) == TEST_COMMAND:
         ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
         assert f"scripts/bootstrap && {TEST_COMMAND}" in ci, "the README's test command must be the one CI runs"
+    elif shlex.join(argv).startswith(SLOW_COMMAND):
+        ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        assert shlex.join(argv) in ci, "the README's slow-test command must be the one CI runs, on one line"
     elif argv[0] == "export":
         assert [a.partition("=")[0] for a in argv[1:]] == [DATA_ENV], "the README exports the variable the code reads"
     else:
         pytest.fail(f"{step.where}: {shlex.join(argv)}: no rule for this documented command; "
                     "add one to tests/test_docs_commands.py")
+
+
+def test_every_slow_test_runs_in_ci_or_the_readme_says_why_not():
+    """A file with ``slow`` tests is on CI's slow-test command (the README's), or the README's Tests section
+    names each of its slow tests that stays out, with the reason."""
+    (slow,) = [s for s in OTHER_STEPS if shlex.join(s.argv).startswith(SLOW_COMMAND)]
+    in_ci = {a for a in slow.argv if a.startswith("tests/")}
+    assert all((REPO / a).is_file() for a in in_ci), in_ci
+    text = README.read_text(encoding="utf-8")
+    tests_section = text[text.index("## Tests"):]
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        source = path.read_text(encoding="utf-8")
+        if "mark.slow" not in source or relative in in_ci:
+            continue
+        slow_tests = re.findall(r"@pytest\.mark\.slow\b[^\n]*\n(?:@[^\n]*\n)*def (test_\w+)", source)
+        assert slow_tests, f"{relative} marks tests slow in a way this check cannot read; name them in the README"
+        for name in slow_tests:
+            assert f"{relative}::{name}" in tests_section, (
+                f"{relative}::{name} is slow but not on CI's slow command; add its file there or say in the README's "
+                "Tests section why it stays out")
 
 
 @pytest.mark.parametrize("command", _params(COMMANDS, _slow_marks))

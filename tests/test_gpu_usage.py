@@ -177,13 +177,14 @@ def test_a_source_that_breaks_is_recorded_once_and_sampling_stops(smi, readings,
 
 
 def test_a_source_that_fails_its_first_reading_samples_nothing_and_says_why(smi):
+    """No waiting on the clock: the sampler reads once before it first looks at the stop flag, and leaving
+    the block joins it, so its first (failing) reading has been taken when the block ends."""
     smi.script(["not a number"])
     gpu = open_monitor(["GPU-fake"], sources=SMI_ONLY)
     with gpu:
         with gpu.stage("defense.fit"):
-            deadline = time.monotonic() + 5
-            while gpu.error is None and time.monotonic() < deadline:
-                time.sleep(0.01)
+            pass
+    assert smi.readings_served == 1  # asked once, never again after it broke
     summary = gpu.summary()
     assert summary["sampled"] is False and summary["samples"] == 0
     assert summary["reason"] == summary["error"] and "'not a number'" in summary["reason"]
@@ -205,25 +206,39 @@ def test_no_source_at_all_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch)
                                                  "memory_used_peak_mib": None, "torch_peak_allocated_mib": 12.5}}
 
 
-def test_the_sampler_thread_is_a_daemon_and_stops_however_the_block_ends(smi):
+class _Ticks(threading.Event):
+    """The sampler's stop flag, counting instead of waiting: its pauses between readings answer "not
+    stopped" until ``readings`` readings are taken, whatever the clock says, then "stopped". With
+    ``pace`` each pause lasts its interval (so that readings spread over a computation), without it none."""
+
+    def __init__(self, readings: int, *, pace: bool = False) -> None:
+        super().__init__()
+        self.readings, self.pace, self.pauses = readings, pace, []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.pauses.append(timeout)
+        if self.pace:
+            time.sleep(timeout or 0)
+        return len(self.pauses) >= self.readings
+
+
+def test_the_sampler_thread_is_a_daemon_and_stops_however_the_block_ends(smi, monkeypatch):
     smi.script(["60, 2048", "0, 1024"])
     gpu = open_monitor(["GPU-fake"], sources=SMI_ONLY, interval_s=0.005)
+    ticks = _Ticks(readings=3)
+    monkeypatch.setattr(gpu, "_stop", ticks)  # three readings, paced by count: no deadline to miss
     with pytest.raises(RuntimeError, match="the stage failed"):
-        with gpu, gpu.stage("defense.fit"):
+        with gpu.stage("defense.fit"), gpu:
             (thread,) = _sampler_threads()
             assert thread.daemon
-            deadline = time.monotonic() + 5
-            while sum(s[0] == "defense.fit" for s in gpu.samples) < 3 and time.monotonic() < deadline:
-                time.sleep(0.005)
             raise RuntimeError("the stage failed")
-    assert not thread.is_alive() and not _sampler_threads()
-    served = smi.readings_served
-    time.sleep(0.05)
-    assert smi.readings_served == served  # stopped: nothing asked after the block
+    assert not thread.is_alive() and not _sampler_threads()  # joined when the block ended
+    assert ticks.pauses == [0.005] * 3  # the interval between readings, then the stop is seen
+    assert smi.readings_served == 3  # and nothing asked after it
     summary = gpu.summary()
-    assert summary["stages"]["defense.fit"]["samples"] >= 3 and summary["memory_used_peak_mib"] == 2048.0
-    # the first reading is 60 % and every later one 0 %, wherever the first fell
-    assert summary["samples"] * summary["utilization_mean_pct"] == pytest.approx(60, abs=0.1 * summary["samples"])
+    assert smi.readings_served == 3
+    assert summary["samples"] == summary["stages"]["defense.fit"]["samples"] == 3
+    assert summary["memory_used_peak_mib"] == 2048.0 and summary["utilization_mean_pct"] == 20.0  # 60, 0, 0
 
 
 def _fake_pynvml(calls: list[str]) -> types.SimpleNamespace:
@@ -349,13 +364,18 @@ def test_the_report_shows_gpu_use_per_stage_escaped_and_nothing_for_a_cpu_run():
 
 
 @pytest.mark.gpu
-def test_a_real_cuda_device_is_sampled_while_it_computes():
+def test_a_real_cuda_device_is_sampled_while_it_computes(monkeypatch):
+    """The device computes until the sampler has taken its 5 readings (counted, no deadline); CUDA is
+    started before the sampler, so that the readings fall on the computation, not on its set-up."""
     import torch
 
-    with monitor("cuda", interval_s=0.05) as gpu, gpu.stage("matmul"):
-        x = torch.randn(4096, 4096, device="cuda")
-        deadline = time.monotonic() + 20
-        while sum(s[0] == "matmul" for s in gpu.samples) < 5 and time.monotonic() < deadline:
+    x = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.synchronize()
+    gpu = monitor("cuda", interval_s=0.05)
+    monkeypatch.setattr(gpu, "_stop", _Ticks(readings=5, pace=True))
+    with gpu.stage("matmul"), gpu:
+        (thread,) = _sampler_threads()
+        while thread.is_alive():
             for _ in range(20):
                 x = torch.tanh(x @ x)
             torch.cuda.synchronize()

@@ -82,7 +82,12 @@ def test_pretraining_lowers_the_loss_and_leaves_the_user_side_frozen(loaded):
     head = [c["mlm_loss"] for c in curve if c["phase"] == "head"]
     adapt = [c["mlm_loss"] for c in curve if c["phase"] == "adapt"]
     assert len(head) == 4 and len(adapt) == 10  # the head alone on clean text first, then the encoder too
-    assert adapt[-1] < adapt[0] and head[-1] < head[0]
+    # Each point is the mean loss of 3 batches of 8, so it moves by itself: with the adapt phase's
+    # learning rate at 0 (nothing trained) the mean of its last three points lay 10 % under that of
+    # its first three at this seed, and the last point 22 % under the first. Trained, the fall was
+    # 31 - 35 % (seeds 0 - 2) and the head's 33 - 48 %; a fall of less than 20 % is not learning.
+    assert np.mean(adapt[-3:]) < 0.8 * np.mean(adapt[:3]), adapt
+    assert head[-1] < 0.8 * head[0], head
     # The user's embedding table (what they privatize with) is the public one, bit for bit.
     assert torch.equal(adapted.get_input_embeddings().weight, before)
     assert torch.equal(loaded.model.get_input_embeddings().weight, before)  # the public model is untouched

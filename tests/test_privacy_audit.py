@@ -197,6 +197,80 @@ def test_audit_command(capsys, tmp_path):
     assert "nothing to audit" in capsys.readouterr().err
 
 
+# ----- planted bugs in the product's own noise path, caught by `rapt-audit audit` ------------------
+#
+# Each plant replaces the dχ sampler where the product's mechanisms call it (the T2T / PCT2T / RAPT
+# engines in rapt_audit.mechanisms.privatize, the embedding defense), wrapping the real sampler so that
+# only the planted fault differs; the audit command then runs the defense's own release as it ships.
+# In 384 dimensions a correct release realises about 1/sqrt(d) of its claim η·d (research notes §0), so
+# the audit catches faults that cut the noise by a large factor or make releases dependent; noise at half
+# the scale is beyond any feasible sample there, and is caught in 2-D above.
+
+
+def _shared_by_the_units(real):
+    """one noise vector for every unit of a call: all tokens of a text, all words of a group"""
+    def noise(n, d, eta, rng, dtype=np.float64):
+        return np.repeat(real(1, d, eta, rng, dtype), n, axis=0)
+    return noise
+
+
+def _radius_of_one_dimension(real):
+    """the radius drawn as Gamma(1, 1/η), the law for d = 1, instead of Gamma(d, 1/η)"""
+    def noise(n, d, eta, rng, dtype=np.float64):
+        z = real(n, d, eta, rng, dtype)
+        return (z * (rng.gamma(1.0, 1 / eta, size=n) / np.linalg.norm(z, axis=1))[:, None]).astype(dtype)
+    return noise
+
+
+def _eta_per_dimension(real):
+    """the noise drawn at η·d: η taken per dimension"""
+    return lambda n, d, eta, rng, dtype=np.float64: real(n, d, eta * d, rng, dtype)
+
+
+def _plant(monkeypatch, fault) -> None:
+    import rapt_audit.defenses.embedding as embedding_defense
+    from rapt_audit.mechanisms import noise, privatize
+
+    if fault is not None:
+        for module in (privatize, embedding_defense):
+            monkeypatch.setattr(module, "dchi_noise", fault(noise.dchi_noise))
+
+
+def _audit_command(defense, tmp_path, capsys):
+    """``rapt-audit audit`` at η = 2 (claims 1.8 - 2.1 on the nearest pairs, under the ceiling of 5.3)."""
+    import json
+
+    from rapt_audit.cli import main
+
+    out = tmp_path / f"audit-{defense}.json"
+    code = main(["audit", "--defense", defense, "--set", "eta=2", "--samples", "1000", "--pairs", "2", "--search", "0",
+                 "--out", str(out)])
+    printed = capsys.readouterr()
+    return code, printed.out + printed.err, json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_the_audit_command_catches_t2t_noise_shared_by_a_texts_tokens(monkeypatch, tmp_path, capsys):
+    _plant(monkeypatch, _shared_by_the_units)
+    code, printed, doc = _audit_command("t2t", tmp_path, capsys)
+    assert code == 1 and "verdict: VIOLATION" in printed and "does not deliver its stated privacy" in printed
+    assert [p["verdict"] for p in doc["pairs"]] == ["VIOLATION", "VIOLATION"]  # the null control too
+
+
+@pytest.mark.slow  # 12 audits, about a minute on 2 cores
+@pytest.mark.parametrize("defense", ["t2t", "pct2t", "embedding"])
+@pytest.mark.parametrize("fault", [None, _shared_by_the_units, _radius_of_one_dimension, _eta_per_dimension],
+                         ids=["correct", "shared-by-the-units", "radius-of-one-dimension", "eta-per-dimension"])
+def test_the_audit_command_catches_faults_planted_in_the_products_noise(defense, fault, monkeypatch, tmp_path, capsys):
+    _plant(monkeypatch, fault)
+    code, printed, doc = _audit_command(defense, tmp_path, capsys)
+    verdicts = [p["verdict"] for p in doc["pairs"]]
+    if fault is None:
+        assert code == 0 and doc["verdict"] == "ok" and set(verdicts) == {"ok"}, printed
+    else:
+        assert code == 1 and doc["verdict"] == "VIOLATION", printed
+        assert verdicts[0] == "VIOLATION", printed  # the nearest pair, whose claim is the strongest
+
+
 def test_pct2t_support_holds_and_a_cross_category_release_is_caught(tmp_path):
     """PCT2T releases a word of the input's own POS category; a planted PCT2T that decodes among all
     whole words (across categories) is a certain VIOLATION of that claimed support."""

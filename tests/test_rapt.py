@@ -212,11 +212,18 @@ def test_attacks_read_the_text_after_the_plain_tokens(ctx, synthetic_splits):
 
 
 @pytest.mark.gpu
-def test_rapt_trains_on_cuda(synthetic_splits, tmp_path):
+def test_rapt_trains_on_cuda(data_dir, tmp_path):
+    """LoRA on 1,000 SST-2 sentences learns the task on the device: the accuracy's 95 % interval lies above
+    the test split's majority share (on CPU: 0.70 [0.655, 0.75] against 0.51; on the synthetic corpus, with
+    200 training records, 0.57 [0.51, 0.62] against 0.51, too close to tell a broken customization apart)."""
+    from rapt_audit.data import SplitSizes, load_dataset, make_splits
     from rapt_audit.pipeline.context import RunContext
+    from tests.chance import majority_share
 
+    splits = make_splits(load_dataset("sst2", data_dir), SplitSizes(1000, 400, 60, 30), seed=1)
     ctx = RunContext(seed=0, profile="smoke", device="cuda", cache_dir=tmp_path)
-    defense = make_plugin(DEFENSES, "rapt", {"eta": 100.0, "method": "lora"}).fit(synthetic_splits.victim_train, ctx=ctx)
-    utility = defense.utility(synthetic_splits.victim_test, ctx=ctx)
-    assert 0.0 <= utility["accuracy"].value <= 1.0
-    assert defense.release(synthetic_splits.victim_test, ctx=ctx).meta["customization"]["history"]
+    defense = make_plugin(DEFENSES, "rapt", {"eta": 100.0, "method": "lora"}).fit(splits.victim_train, ctx=ctx)
+    accuracy = defense.utility(splits.victim_test, ctx=ctx)["accuracy"]
+    majority = majority_share(r.label for r in splits.victim_test)
+    assert accuracy.ci_low > majority, (accuracy, majority)
+    assert defense.release(splits.victim_test, ctx=ctx).meta["customization"]["history"]

@@ -17,19 +17,22 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.locks import LOCK_FILE
 from rapt_audit.cli import main
-from rapt_audit.pipeline import runner, sweep
+from rapt_audit.pipeline import ray_executor, runner, sweep
 from rapt_audit.pipeline.ray_executor import RayExecutor, probe_address
+from tests.sweep_files import TINY, interrupt_after_first_cell
+from tests.sweep_files import docs as _docs
+from tests.sweep_files import numbers as _numbers
+from tests.sweep_files import seed_cells as _cells
+from tests.sweep_files import statuses as _statuses
 
-TINY = ["--set", "data.victim_train=60", "--set", "data.victim_test=40", "--set", "data.attacker_train=60",
-        "--set", "data.attacker_valid=30"]
 RUN = ["run", "--defense", "identity", "--attacks", "random_guess", "--profile", "smoke", "--dataset", "synthetic",
        "--quiet", *TINY]
 GRID = ["--sweep", "seed=0,1,2"]
@@ -82,7 +85,7 @@ def ray_local(tmp_path_factory):
     Its processes inherit this environment, so the cache goes where conftest puts every test's
     (drivers that join it with --address do not forward theirs, as on a real cluster).
     """
-    ray = pytest.importorskip("ray")
+    import ray  # the [test] extra: missing, the Ray tests fail rather than skip
     from ray import cloudpickle
 
     before, cache = signal.getsignal(signal.SIGTERM), os.environ.get("RAPT_AUDIT_CACHE")
@@ -111,30 +114,10 @@ def _no_ray_address(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local Ray, not the cluster of a developer's shell
 
 
-def _docs(out: Path) -> dict[str, dict]:
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob("*/result.json"))}
-
-
-def _numbers(doc: dict) -> dict:
-    """Everything but provenance (timings, pid-dependent env) and the output path."""
-    return {k: v for k, v in doc.items() if k not in {"env", "config"}} | {
-        "config": {k: v for k, v in doc["config"].items() if k != "out"}}
-
-
-def _statuses(out: Path) -> list[str]:
-    return [c["status"] for c in json.loads((out / "sweep.json").read_text())["cells"]]
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _cells(out: Path) -> tuple[list[sweep.Cell], list[sweep.Axis]]:
-    axes = sweep.parse_axes(["seed=0,1,2"])
-    cli = {"defense": "identity", "attacks": "random_guess", "profile": "smoke", "dataset": "synthetic"}
-    return sweep.expand(axes=axes, file=None, cli=cli, sets=[a for a in TINY if a != "--set"], out=out), axes
 
 
 # ---------------------------------------------------------------- on Ray
@@ -181,6 +164,18 @@ def test_a_killed_worker_is_retried_and_every_cell_is_written(ray_local, tmp_pat
     assert any("cell 2/3 seed=1: done in" in line for line in lines), lines
 
 
+def test_each_task_is_given_its_cells_threads_to_set_in_its_worker(tmp_path, monkeypatch):
+    """Ray sets OMP_NUM_THREADS only in a fresh worker; a reused one (torch loaded) needs the count in the task."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    fake_ray = SimpleNamespace(remote=lambda fn: SimpleNamespace(
+        options=lambda **_kw: SimpleNamespace(remote=lambda *args: (fn, *args))))
+    cells, axes = _cells(tmp_path / "sw", "0")
+    index = sweep.SweepIndex(tmp_path, cells, axes, {"seed=0": "pending"})
+    driver = ray_executor._Driver(RayExecutor(cpus_per_cell=3.5), fake_ray, cells, index, print, owns_ray=True)
+    fn, _compute, config, threads = driver.start(cells[0])
+    assert fn.__name__ == "cell_task" and config == cells[0].config and threads == 3
+
+
 def test_a_failing_cell_is_reported_and_the_others_are_kept(ray_local, tmp_path, monkeypatch, capsys):
     out = tmp_path / "sw"
     monkeypatch.setattr(runner, "compute", _fail_seed_one)
@@ -224,10 +219,6 @@ def test_ctrl_c_cancels_the_running_cells_and_keeps_the_finished_ones(ray_local,
     out = tmp_path / "sw"
     cells, axes = _cells(out)
 
-    def interrupt_after_first_cell(line: str) -> None:
-        if ": done in" in line:
-            raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt) as stop:
         sweep.run_sweep(cells, out=out, axes=axes, log=interrupt_after_first_cell, executor=RayExecutor())
     assert str(stop.value) == f"1 of 3 finished cells kept in {out}; rerun the same command to resume"
@@ -253,14 +244,30 @@ def test_a_second_driver_joins_a_running_cluster_with_address(ray_local, tmp_pat
 # ---------------------------------------------------------------- bad input (no Ray instance needed)
 
 
-def test_an_unreachable_address_fails_fast_before_any_cell(tmp_path, capsys):
-    pytest.importorskip("ray")
+def test_an_unreachable_address_fails_fast_before_any_cell(tmp_path, capsys, monkeypatch):
+    """Fast by counted work, not by the clock: one TCP connect bounded by the probe's timeout, and never
+    ``ray.init``, which retries an unreachable address for minutes."""
+    import ray  # the [test] extra
+
+    connects, inits = [], []
+    real_connect = ray_executor.socket.create_connection
+
+    def connect(target, timeout=None, *args, **kwargs):
+        connects.append((target, timeout))
+        return real_connect(target, timeout, *args, **kwargs)
+
+    def init(*args, **kwargs):
+        inits.append(kwargs)
+        raise ConnectionError("ray.init was called for an address nothing answers at")
+
+    monkeypatch.setattr(ray_executor.socket, "create_connection", connect)
+    monkeypatch.setattr(ray, "init", init)
     out = tmp_path / "sw"
-    address = f"127.0.0.1:{_free_port()}"
-    clock = time.perf_counter()
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
     assert main([*RUN, *GRID, *RAY, "--address", address, "--out", str(out)]) == 2
-    assert time.perf_counter() - clock < 15
     assert f"no Ray cluster answers at {address}" in capsys.readouterr().err
+    assert connects == [(("127.0.0.1", port), ray_executor.PROBE_TIMEOUT_S)] and inits == []
     assert not out.exists()
 
 

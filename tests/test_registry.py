@@ -69,6 +69,17 @@ def test_entry_point_plugins_are_discovered(monkeypatch):
     class ThirdPartyDefense:
         """A defense shipped by another package."""
 
+        exposes = frozenset({"texts"})
+
+        def fit(self, train, *, ctx):
+            return self
+
+        def utility(self, test, *, ctx):
+            return {}
+
+        def release(self, records, *, ctx):
+            raise NotImplementedError
+
     class FakeEntryPoint:
         name, value = "third_party", "pkg.mod:ThirdPartyDefense"
 
@@ -96,8 +107,14 @@ def test_broken_entry_point_names_the_plugin(monkeypatch):
 
     monkeypatch.setattr(plugins, "_loaded", False)
     monkeypatch.setattr(plugins, "entry_points", lambda group: [Broken()] if group == "rapt_audit.attacks" else [])
-    with pytest.raises(UsageError, match="plugin 'broken' from entry point 'pkg.mod:Missing' failed to load"):
+    # A warning, not an error: a broken third-party plugin must not break the others (issue #30).
+    with pytest.warns(plugins.PluginWarning, match="entry point 'broken' = 'pkg.mod:Missing' failed to load"):
         plugins.load()
+    try:
+        with pytest.raises(UsageError, match="attack 'broken' is installed but could not be loaded.*no module named"):
+            plugins.ATTACKS.get("broken")
+    finally:
+        plugins.ATTACKS.remove("broken")
 
 
 def test_metric_is_declared_once():

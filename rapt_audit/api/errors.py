@@ -36,3 +36,11 @@ class ModelError(RaptAuditError):
 
 class ResultError(RaptAuditError):
     """A result file or output directory is unusable (corrupt, other schema, different run)."""
+
+
+class PluginError(RaptAuditError):
+    """A defense or attack plugin raised or broke its contract; the message names the plugin and how.
+
+    A failing attack is recorded in the result (:class:`~rapt_audit.api.types.AttackFailure`) and the
+    run goes on; a failing defense leaves nothing to attack, so the run stops with this error.
+    """

@@ -22,6 +22,7 @@ import functools
 import inspect
 import math
 import numbers
+import re
 import types
 import typing
 from typing import Annotated, Any, Callable, Mapping
@@ -153,6 +154,11 @@ class Check:
     def __call__(self, name: str, value: Any) -> Any:
         """The checked value (``name`` is unused: ``fn`` names the parameter itself)."""
         return self.fn(value)
+
+    def describe(self) -> str:
+        """The rule in words: the first line of the validator's docstring, else its name."""
+        doc = (getattr(self.fn, "__doc__", None) or "").strip()
+        return doc.splitlines()[0].rstrip(".") if doc else f"checked by {getattr(self.fn, '__name__', 'a validator')}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +308,43 @@ def make_plugin(registry: Registry[type], name: str, args: Mapping[str, Any] | N
         raise
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{registry.kind} {name!r}: {exc}") from exc
+
+
+def parameter_table(cls: type) -> list[tuple[str, str, str, str]]:
+    """Each parameter of a plugin class as text: ``(name, type, default, rules)``, for ``rapt-audit ls --params``.
+
+    The rules are those :func:`check_params` applies: each :class:`Range` or :class:`Check` declared in
+    the annotation, and the values of a ``Literal``; a parameter without a default says ``required``.
+    """
+    declared = declared_constraints(cls)
+    rows = []
+    for f in parameter_fields(cls):
+        type_text = _type_text(plugin_fields(cls)[f.name])
+        if f.default is not dataclasses.MISSING:
+            default = repr(to_jsonable(f.default))
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(to_jsonable(f.default_factory()))
+        else:
+            default = "required"
+        constraints = declared[f.name].constraints if f.name in declared else ()
+        rules = [("must " if isinstance(c, Range) else "") + c.describe() if hasattr(c, "describe")
+                 else getattr(c, "__name__", repr(c)) for c in constraints]
+        rows.append((f.name, type_text, default, _MARKUP.sub(r"\1", "; ".join(rules)).replace("``", "")))
+    return rows
+
+
+#: Sphinx roles in a validator's docstring (``:func:`~a.b.c```), shown as their last name in plain text.
+_MARKUP = re.compile(r":\w+:`~?(?:[\w.]*\.)?(\w+)`")
+
+
+def _type_text(tp: Any) -> str:
+    """An annotation as a reader writes it: ``int | None``, ``tuple[float, ...]``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("None" if a is type(None) else _type_text(a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(tp)))
+    return str(tp).replace("typing.", "") if origin is not None else _describe_type(tp)
 
 
 def get_params(obj: Any) -> dict[str, Any]:

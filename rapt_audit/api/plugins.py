@@ -5,26 +5,54 @@ Third-party packages declare plugins in their ``pyproject.toml``::
     [project.entry-points."rapt_audit.defenses"]
     my_defense = "my_pkg.my_module:MyDefense"
 
-The entry point's name becomes the registry name. Loading happens once per process.
+The entry point's name becomes the registry name. The class may carry ``tags`` (a tuple of strings,
+selected with ``--attacks tag:x``) and ``default`` (whether ``all`` includes it; true unless set)
+as class attributes, as the built-ins give them to ``@ATTACKS.register``. Loading happens once per
+process; the distribution and version of each loaded plugin go into every result's ``env.versions``.
+
+One broken third-party plugin never breaks the others: an entry point that fails to import, or whose
+object is not a plugin (not a dataclass, no ``exposes`` / ``requires``, a method missing), is left
+out with a :class:`PluginWarning` naming it and its error, and asked for by name it says why it is
+missing. An entry point named like a plugin already registered (a built-in such as ``t2t``) is an
+error naming both: one of the two would otherwise be silently ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import warnings
 from importlib.metadata import entry_points
+from typing import Any
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.params import plugin_fields
 from rapt_audit.api.registry import Registry
+from rapt_audit.api.types import RELEASE_KINDS
 
 DEFENSES: Registry[type] = Registry("defense")
 ATTACKS: Registry[type] = Registry("attack")
 
 _GROUPS = {"rapt_audit.defenses": DEFENSES, "rapt_audit.attacks": ATTACKS}
+#: What each kind of plugin must have: the class attribute naming its release kinds, its methods.
+_CONTRACT = {"defense": ("exposes", ("fit", "utility", "release")), "attack": ("requires", ("fit", "attack"))}
 _loaded = False
+#: (group, name) → the entry point's value, for the entry points registered so far.
+_registered: dict[tuple[str, str], str] = {}
+#: Distribution name → version of every third-party plugin registered.
+_distributions: dict[str, str] = {}
+
+
+class PluginWarning(UserWarning):
+    """An installed plugin was left out (it failed to load, or is not a plugin); the message names it."""
 
 
 def load() -> None:
-    """Import the built-in plugin packages and every installed entry point (idempotent)."""
+    """Import the built-in plugin packages and every installed entry point (idempotent).
+
+    Raises:
+        UsageError: when an entry point is named like a plugin already registered (naming both).
+    """
     global _loaded
     if _loaded:
         return
@@ -32,13 +60,91 @@ def load() -> None:
     importlib.import_module("rapt_audit.attacks")
     for group, registry in _GROUPS.items():
         for ep in entry_points(group=group):
+            if _registered.get((group, ep.name)) == ep.value and ep.name in registry:
+                continue  # registered by an earlier load()
             if ep.name in registry:
-                continue
+                raise UsageError(_clash(ep, registry))
             try:
-                registry.add(ep.name, ep.load())
-            except Exception as exc:  # a broken third-party plugin must not break the others
-                raise UsageError(f"plugin {ep.name!r} from entry point {ep.value!r} failed to load: {exc}") from exc
+                obj = ep.load()
+            except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must not break the others
+                _leave_out(ep, registry, f"failed to load: {type(exc).__name__}: {exc}")
+                continue
+            problem = plugin_problem(registry.kind, obj)
+            if problem:
+                _leave_out(ep, registry, f"is not a rapt-audit {registry.kind}: {problem}")
+                continue
+            dist, version = _distribution(ep)
+            tags = getattr(obj, "tags", ())
+            registry.add(ep.name, obj, tags=(tags,) if isinstance(tags, str) else tuple(tags),
+                         default=bool(getattr(obj, "default", True)), origin=f"{dist} {version}" if dist else "")
+            _registered[(group, ep.name)] = ep.value
+            if dist:
+                _distributions[dist] = version
     _loaded = True
 
 
-__all__ = ["ATTACKS", "DEFENSES", "load"]
+def plugin_problem(kind: str, obj: Any) -> str | None:
+    """Why ``obj`` cannot be registered as a ``kind`` (``"defense"`` / ``"attack"``), or ``None`` when it can."""
+    attribute, methods = _CONTRACT[kind]
+    name = getattr(obj, "__qualname__", repr(obj))
+    if not isinstance(obj, type):
+        return f"the entry point names a {type(obj).__name__}, not a class"
+    if not dataclasses.is_dataclass(obj):
+        return (f"{name} is not a dataclass: a plugin's parameters are its dataclass fields (decorate it with "
+                "@dataclass and subclass rapt_audit.api.params.CheckedParams to have them checked)")
+    kinds = getattr(obj, attribute, None)
+    if not isinstance(kinds, (set, frozenset)) or not kinds or not kinds <= RELEASE_KINDS:
+        return (f"{name}.{attribute} must be a non-empty frozenset of release kinds "
+                f"({', '.join(sorted(RELEASE_KINDS))}), got {kinds!r}")
+    missing = [m for m in methods if not callable(getattr(obj, m, None))]
+    if missing:
+        return f"{name} has no {', '.join(m + '()' for m in missing)} (a {kind} needs {', '.join(methods)})"
+    tags = getattr(obj, "tags", ())
+    if not isinstance(tags, str) and not (isinstance(tags, (tuple, list, set, frozenset))
+                                          and all(isinstance(t, str) for t in tags)):
+        return f"{name}.tags must be a tuple of strings, got {tags!r}"
+    try:
+        plugin_fields(obj)
+    except Exception as exc:  # noqa: BLE001 - any annotation error makes the parameters unusable
+        return f"the parameter annotations of {name} cannot be resolved: {type(exc).__name__}: {exc}"
+    return None
+
+
+def plugin_distributions() -> dict[str, str]:
+    """Distribution name → version of every third-party plugin loaded so far (for a result's provenance)."""
+    return dict(_distributions)
+
+
+def _distribution(ep: Any) -> tuple[str, str]:
+    """The ``(name, version)`` of the distribution that declares ``ep`` (empty when it cannot be told)."""
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "", ""
+    return str(getattr(dist, "name", "") or dist.metadata["Name"]), str(dist.version)
+
+
+def _describe_entry_point(ep: Any) -> str:
+    dist, version = _distribution(ep)
+    return f"entry point {ep.name!r} = {ep.value!r}" + (f" of {dist} {version}" if dist else "")
+
+
+def _leave_out(ep: Any, registry: Registry[type], why: str) -> None:
+    """Leave a broken entry point out with a warning; asked for by name, the registry says why."""
+    message = f"{registry.kind} plugin {_describe_entry_point(ep)} {why}"
+    registry.broken[ep.name] = message
+    warnings.warn(f"{message}; it is left out, the other plugins work", PluginWarning, stacklevel=3)
+
+
+def _clash(ep: Any, registry: Registry[type]) -> str:
+    """The error for an entry point named like a plugin already registered: both named, and the fix."""
+    entry = registry.entry(ep.name)
+    obj = entry.obj
+    where = f"{obj.__module__}:{obj.__qualname__}" if isinstance(obj, type) else repr(obj)
+    existing = f"from {entry.origin}" if entry.origin else "built in"
+    dist, _ = _distribution(ep)
+    return (f"{_describe_entry_point(ep)} (group rapt_audit.{registry.kind}s) clashes with the {registry.kind} "
+            f"{ep.name!r} already registered ({where}, {existing}); rename the entry point"
+            + (f" in {dist}'s pyproject.toml" if dist else "") + " so that both can be used")
+
+
+__all__ = ["ATTACKS", "DEFENSES", "PluginWarning", "load", "plugin_distributions", "plugin_problem"]

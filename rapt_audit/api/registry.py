@@ -25,12 +25,17 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Entry(Generic[T]):
-    """One registered plugin: its object plus the facts the CLI lists."""
+    """One registered plugin: its object plus the facts the CLI lists.
+
+    ``origin`` is ``"<distribution> <version>"`` for a plugin installed by another package (an entry
+    point), empty for a built-in one.
+    """
 
     name: str
     obj: T
     tags: tuple[str, ...]
     default: bool
+    origin: str = ""
 
 
 def closest(name: str, candidates: list[str], n: int = 3) -> list[str]:
@@ -55,6 +60,8 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
+        #: Installed plugins that could not be loaded: name → why (asked for by name, they say so).
+        self.broken: dict[str, str] = {}
 
     def register(self, name: str, *, tags: tuple[str, ...] = (), default: bool = True) -> Callable[[T], T]:
         """Decorator that registers ``obj`` under ``name``.
@@ -71,8 +78,8 @@ class Registry(Generic[T]):
 
         return decorator
 
-    def add(self, name: str, obj: T, *, tags: tuple[str, ...] = (), default: bool = True) -> None:
-        """Register ``obj`` under ``name`` (non-decorator form of :meth:`register`).
+    def add(self, name: str, obj: T, *, tags: tuple[str, ...] = (), default: bool = True, origin: str = "") -> None:
+        """Register ``obj`` under ``name`` (non-decorator form of :meth:`register`; ``origin``: see :class:`Entry`).
 
         Raises:
             UsageError: when another object is already registered as ``name`` (registering the
@@ -82,21 +89,26 @@ class Registry(Generic[T]):
             raise UsageError(f"{self.kind} {name!r} is registered twice; pick another name")
         if hasattr(obj, "__dict__") and isinstance(obj, type):
             obj.name = name  # type: ignore[attr-defined]  # the class knows its registry name
-        self._entries[name] = Entry(name, obj, tuple(tags), default)
+        self._entries[name] = Entry(name, obj, tuple(tags), default, origin)
 
     def remove(self, name: str) -> None:
         """Unregister ``name`` (used by tests that register temporary plugins)."""
         self._entries.pop(name, None)
+        self.broken.pop(name, None)
 
     def get(self, name: str) -> T:
         """Return the plugin registered as ``name``.
 
         Raises:
             UnknownNameError: with the closest valid names when ``name`` is unknown.
+            UsageError: when ``name`` is installed but could not be loaded (with why).
         """
         try:
             return self._entries[name].obj
         except KeyError:
+            if name in self.broken:
+                raise UsageError(f"{self.kind} {name!r} is installed but could not be loaded: "
+                                 f"{self.broken[name]}") from None
             raise UnknownNameError(unknown_name_message(self.kind, name, self.names())) from None
 
     def entry(self, name: str) -> Entry[T]:

@@ -6,7 +6,8 @@ defense, an attack, the runner and the report all speak the same small vocabular
 * :class:`Record` — one example of a dataset, with its private attributes and gold entities.
 * :class:`Release` — exactly what crosses the trust boundary (what the adversary observes).
 * :class:`Estimate` — a number with its confidence interval.
-* :class:`AttackResult` — what one attack measured against one release.
+* :class:`AttackResult` — what one attack measured against one release; :class:`Skip` — why a pair
+  did not run; :class:`AttackFailure` — an attack that raised or broke its contract.
 * :class:`Defense` / :class:`Attack` — the plugin protocols (plain dataclasses satisfy them).
 
 This module must stay cheap to import: no torch, no transformers, no numpy at import time.
@@ -25,7 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
     from rapt_audit.pipeline.context import RunContext
 
-#: The kinds of release a defense can expose (DESIGN.md §2).
+#: The kinds of release a defense can expose: privatized texts (text-to-text defenses), one noisy
+#: vector per token (embedding defenses) or one vector per record (representation defenses).
 RELEASE_KINDS = frozenset({"texts", "token_embeddings", "sequence_embeddings"})
 
 
@@ -355,6 +357,35 @@ class Skip(Exception):
     def from_dict(cls, data: Mapping[str, Any] | str) -> Skip:
         """Inverse of :meth:`to_dict`; a bare reason string (the older shape) is read as well."""
         return cls(data if isinstance(data, str) else data["skipped"])
+
+
+@dataclass(frozen=True)
+class AttackFailure:
+    """The outcome of an attack that raised (anything but :class:`Skip`) or broke its contract.
+
+    The runner records it in place of an :class:`AttackResult` and keeps every other attack, so one
+    broken plugin never costs the rest of a run; ``result.json`` holds ``{"failed": message}``, and
+    reports show "failed: …" where a number would stand, never a number.
+
+    Attributes:
+        message: Which plugin failed and how: the exception and where it was raised, or the contract
+            it broke (what was expected, what came back).
+    """
+
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON form recorded in ``result.json``."""
+        return {"failed": self.message}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AttackFailure:
+        """Inverse of :meth:`to_dict`."""
+        return cls(str(data["failed"]))
+
+
+#: What a run records for one attack.
+Outcome = AttackResult | Skip | AttackFailure
 
 
 def uid_key(records: Sequence[Record]) -> int:

@@ -34,9 +34,8 @@ def _output_state(checked: runner.Plan) -> str:
 def plan_rows(checked: runner.Plan) -> list[tuple[str, str]]:
     """The plan of one checked run as ``(heading, text)`` rows.
 
-    Attacks whose ``requires`` meets none of the kinds the defense releases are listed as skipped,
-    as the run would record them; an attack may still decline at run time (e.g. a dataset without
-    the attribute it infers), which only the run can tell.
+    Attacks the run would skip are listed as skipped with the reason, where the plan can tell
+    (:func:`known_skip`); an attack may still decline at run time for reasons only the run sees.
     """
     config, defense, dataset = checked.config, checked.defense, checked.dataset
     exposes = sorted(defense.exposes)
@@ -52,15 +51,34 @@ def plan_rows(checked: runner.Plan) -> list[tuple[str, str]]:
     for name, attack in checked.attacks.items():
         explicit = {k: v for k, v in get_params(attack).items() if k in config.attack_args.get(name, {})}
         label = f"{name}({_params(explicit)})" if explicit else name
-        if attack.requires & defense.exposes:
+        reason = known_skip(attack, checked)
+        if reason is None:
             run.append(label)
         else:
-            skipped.append(f"{label} (needs {' or '.join(sorted(attack.requires))})")
+            skipped.append(f"skipped: {label}: {reason}")
     rows.append(("attacks", f"{len(run)} to run: {', '.join(run) or 'none'}"))
-    if skipped:
-        rows.append(("", f"{len(skipped)} skipped, defense releases {', '.join(exposes)}: {', '.join(skipped)}"))
+    rows += [("", line) for line in skipped]
     rows.append(("output", f"{checked.out / runner.RESULT_FILE}: {_output_state(checked)}"))
     return rows
+
+
+def known_skip(attack: Any, checked: runner.Plan) -> str | None:
+    """Why the run would skip ``attack``, where the plan can tell before any work (else ``None``).
+
+    An attack skips a release of kinds it cannot read; an attribute-inference attack (one whose
+    ``attribute`` parameter names the private attribute it infers) skips when none of the
+    attacker's training records carries that attribute (SST-2 carries none), as its ``fit`` would.
+    """
+    exposes = checked.defense.exposes
+    if not attack.requires & exposes:
+        return f"needs {' or '.join(sorted(attack.requires))}; defense releases {', '.join(sorted(exposes))}"
+    attribute = getattr(attack, "attribute", None)
+    train = checked.splits.attacker.train
+    if isinstance(attribute, str) and not any(r.attributes.get(attribute) not in (None, "") for r in train):
+        present = sorted({k for r in train for k in r.attributes})
+        return (f"the attacker's records carry no {attribute!r} attribute (attributes present: "
+                f"{', '.join(present) or 'none'})")
+    return None
 
 
 def _file_columns(dataset: Any) -> str:
@@ -115,4 +133,4 @@ def sweep_plan(cells: Sequence[Cell], *, out: Path) -> str:
     return "\n".join(lines + [FOOTER])
 
 
-__all__ = ["plan_rows", "run_plan", "sweep_plan"]
+__all__ = ["known_skip", "plan_rows", "run_plan", "sweep_plan"]

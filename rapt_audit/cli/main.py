@@ -1,10 +1,14 @@
 """The ``rapt-audit`` command line. Thin: it parses, builds a RunConfig and calls the library.
 
 Exit codes: 0 success; 2 usage or input errors (a message names the problem and the fix, and no
-result is written; also an output directory in use by another process, or a full disk); 130
-interrupted by Ctrl-C and 143 by SIGTERM (the unfinished run writes nothing, finished sweep cells
-are kept); 1 an unexpected failure (a bug: please report it). A sweep on Ray (``--executor ray``)
-runs every cell and exits 2 when some failed, listing them; its finished cells are kept.
+result is written; also an output directory in use by another process, a full disk, or a defense
+plugin that raised, named in the message); 3 the result was written but some attacks failed (raised
+or broke their contract: each is named with what went wrong, recorded as failed, and every other
+attack kept); 75 a sweep's time budget ran out (the same command goes on); 130 interrupted by Ctrl-C
+and 143 by SIGTERM (the unfinished run writes nothing, finished sweep cells are kept); 1 an
+unexpected failure (a bug: please report it). A sweep on Ray (``--executor ray``) or
+in worker processes (``--jobs N``) runs every cell and exits 2 when some failed, listing them; its
+finished cells are kept.
 """
 
 from __future__ import annotations
@@ -12,15 +16,17 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rapt_audit.api.errors import RaptAuditError, UsageError
-from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
+from rapt_audit.api.params import parameter_table
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, PluginWarning, load
 from rapt_audit.api.registry import describe
-from rapt_audit.api.types import Skip
+from rapt_audit.api.types import AttackFailure, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.cli import audit, bundle, calibrate, dry_run, privatize
 from rapt_audit.cli.audit import cmd_audit
@@ -30,6 +36,7 @@ from rapt_audit.cli.privatize import cmd_privatize
 from rapt_audit.data import DATASETS
 from rapt_audit.mechanisms.verbatim import describe_verbatim
 from rapt_audit.pipeline import sweep
+from rapt_audit.pipeline.local_executor import LocalExecutor
 from rapt_audit.pipeline.ray_executor import RayExecutor
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.runner import run
@@ -39,7 +46,7 @@ from rapt_audit.reporting.claims import cmd_claims
 from rapt_audit.reporting.leaderboard import cmd_leaderboard
 from rapt_audit.reporting.report import cmd_report
 from rapt_audit.reporting.slim import cmd_slim
-from rapt_audit.scoring.metrics import METRICS
+from rapt_audit.scoring.metrics import METRICS, headline_metric
 
 EPILOG = """examples:
   rapt-audit run --defense identity --attacks all --dataset sst2 --out runs/demo
@@ -74,6 +81,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="set a parameter: eta=100, defense.eta=100, attacks.NAME.PARAM=V, data.victim_test=N")
     p.add_argument("--device", default=S, choices=["auto", "cpu", "cuda"], help="torch device (default auto)")
+    p.add_argument("--precision", default=S, choices=["auto", "fp32", "bf16"],
+                   help="precision of the networks the run trains (default auto: bfloat16 mixed precision where "
+                        "the CPU or GPU computes it natively, float32 elsewhere; the mechanisms stay exact)")
     p.add_argument("--data-dir", dest="data_dir", default=S, help="data directory (default $RAPT_AUDIT_DATA)")
     p.add_argument("--force", action="store_true", default=S,
                    help="re-run even if --out holds this run (cached releases with the same signature are "
@@ -89,6 +99,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="where sweep cells run: local (one after another in this process, the default) or ray "
                         "(each cell a Ray task, several at once; needs pip install 'rapt-audit[ray]')")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --sweep: run N cells at once in N worker processes on this machine, each computing "
+                        "with its share of the cores (default 1: one after another in this process)")
     p.add_argument("--address", default=None, metavar="HOST:PORT",
                    help="with --executor ray: the head of a running Ray cluster (ray start --head); default: "
                         "$RAY_ADDRESS, else a local Ray instance sized to this machine")
@@ -110,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("ls", help="list defenses, attacks, datasets or metrics")
     ls.add_argument("kind", nargs="?", default="all", choices=["all", "defenses", "attacks", "datasets", "metrics"])
+    ls.add_argument("--params", action="store_true",
+                    help="with each defense and attack, its parameters: type, default and the rule a value must meet")
     _add_run(sub)
 
     for module in (privatize, audit, calibrate, report, leaderboard, check, claims, slim, bundle):
@@ -134,8 +149,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 m = entry.obj
                 extra = f" [{m.kind}, {'higher' if m.higher_is_better else 'lower'} is better for the defender]"
             tags = f" (tags: {', '.join(entry.tags)})" if entry.tags else ""
+            origin = f" (from {entry.origin})" if getattr(entry, "origin", "") else ""
             text = entry.obj.description if kind == "metrics" else describe(entry.obj)
-            print(f"  {entry.name:<18} {text}{extra}{tags}")
+            print(f"  {entry.name:<18} {text}{extra}{tags}{origin}")
+            if args.params and kind in ("defenses", "attacks"):
+                for name, type_text, default, rules in parameter_table(entry.obj):
+                    print(f"      {name}: {type_text} = {default}" + (f"  ({rules})" if rules else ""))
     return 0
 
 
@@ -154,16 +173,19 @@ def format_result(result: Any) -> str:
         if isinstance(outcome, Skip):
             lines.append(f"{name + ' empirical privacy':<40} {'skipped':>8}   {outcome.reason}")
             continue
+        if isinstance(outcome, AttackFailure):
+            lines.append(f"{name + ' empirical privacy':<40} {'failed':>8}   {outcome.message}")
+            continue
         est = outcome.empirical_privacy
-        lines.append(f"{name + ' empirical privacy ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
+        measure = headline_metric(outcome.metrics, est)  # ae_inversion's is its reconstruction MSE, not in [0, 1]
+        label = f"{name} {'empirical privacy' if measure == 'empirical_privacy' else measure} ↑"
+        lines.append(f"{label:<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
     return "\n".join(lines)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Build the RunConfig from file, flags and --set pairs, run it and print the table."""
-    keys = ("defense", "attacks", "dataset", "model", "profile", "seed", "out", "device", "data_dir", "force",
-            "release_cache")
-    cli = {k: getattr(args, k) for k in keys if hasattr(args, k)}
+    cli = {k: getattr(args, k) for k in bundle.RUN_KEYS if hasattr(args, k)}
     config = build_config(file=args.config, cli=cli, sets=args.sets)
     executor = _executor(args)
     if args.time_budget is not None and not args.sweeps:
@@ -177,21 +199,47 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_sweep(args, cli, config, log=log, progress=progress, executor=executor)
     result = run(config, log=log, progress=progress)
     print(format_result(result))
-    return 0
+    return _attacks_failed([result], where=str(config.out or "the output directory"))
 
 
-def _executor(args: argparse.Namespace) -> RayExecutor | None:
+#: Exit status of a run or sweep whose result was written but some of whose attacks failed.
+EXIT_ATTACKS_FAILED = 3
+
+
+def _attacks_failed(results: Sequence[Any], *, where: str) -> int:
+    """0, or :data:`EXIT_ATTACKS_FAILED` after naming each failed attack on stderr."""
+    failed = [(name, o.message) for r in results for name, o in r.failed.items()]
+    if not failed:
+        return 0
+    print(f"rapt-audit: {len(failed)} attack(s) failed and were recorded as failed in the result ({where}); "
+          "every other attack was kept:", file=sys.stderr)
+    for name, message in failed:
+        print(f"  {name}: {message}", file=sys.stderr)
+    return EXIT_ATTACKS_FAILED
+
+
+def _executor(args: argparse.Namespace) -> sweep.Executor | None:
     """The sweep executor the flags ask for (None: in-process), checked before any cell (Ray installed, cluster up).
 
-    ``--executor ray`` runs the cells of a sweep; a single run goes through ``--sweep`` with one value.
+    ``--executor ray`` and ``--jobs N`` run the cells of a sweep; a single run goes through ``--sweep``
+    with one value.
     """
     ray_flags = {"--address": args.address, "--cpus-per-cell": args.cpus_per_cell,
                  "--gpus-per-cell": args.gpus_per_cell}
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
     if args.executor == "local":
         given = [flag for flag, value in ray_flags.items() if value is not None]
         if given:
             raise UsageError(f"{', '.join(given)} apply only to --executor ray")
-        return None
+        if args.jobs == 1:
+            return None
+        if not args.sweeps:
+            raise UsageError("--jobs runs the cells of a sweep side by side; add --sweep KEY=V1,V2,...")
+        return LocalExecutor(jobs=args.jobs)
+    if args.jobs != 1:
+        raise UsageError("--jobs applies to sweeps on this machine; on Ray, --cpus-per-cell sets how many cells "
+                         "run at once")
     if not args.sweeps:
         raise UsageError("--executor ray runs the cells of a sweep; add --sweep KEY=V1,V2,... (one value runs "
                          "one cell: --sweep seed=0)")
@@ -203,7 +251,7 @@ def _executor(args: argparse.Namespace) -> RayExecutor | None:
 
 
 def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log: Any, progress: bool,
-               executor: RayExecutor | None = None) -> int:
+               executor: sweep.Executor | None = None) -> int:
     """``run --sweep``: expand the grid, run the cells that are not complete, print one line per cell."""
     axes = sweep.parse_axes(args.sweeps)
     out = Path(base.out) if base.out else sweep.default_sweep_dir(base, axes)
@@ -225,19 +273,19 @@ def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log:
         return sweep.BudgetSpent.EXIT_CODE
     print(sweep.format_sweep(results))
     print(f"sweep directory: {out} (render it with: rapt-audit report {out} --out {out / 'report.html'})")
-    return 0
+    return _attacks_failed([r for _, r in results], where=str(out))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rapt-audit`` console script; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(attach_dash_values(sys.argv[1:] if argv is None else list(argv)))
 
     commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
                 "leaderboard": cmd_leaderboard, "check": cmd_check, "claims": cmd_claims, "privatize": cmd_privatize,
                 "audit": cmd_audit, "bundle": cmd_bundle, "slim": cmd_slim}
     try:
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), _plugin_warnings():
             return commands[args.command](args)
     except RaptAuditError as exc:
         print(f"rapt-audit: error: {exc}", file=sys.stderr)
@@ -246,6 +294,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         detail = str(exc) or "nothing unfinished was written; rerun the same command to finish"
         print(f"rapt-audit: interrupted: {detail}", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+
+
+#: Options whose value may start with '-' (``--attacks -ner_adaptive``: all attacks but one).
+_DASH_VALUES = ("--attacks",)
+
+
+def attach_dash_values(argv: Sequence[str]) -> list[str]:
+    """``--attacks -x`` as ``--attacks=-x``: argparse takes a value starting with '-' for an option.
+
+    Only a value that is not an option of its own (a single leading '-', no ``--``) is attached;
+    ``--`` ends the options (``bundle ... -- run ...`` passes the rest on, which is handled the same way).
+    """
+    out: list[str] = []
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        token = items[i]
+        following = items[i + 1] if i + 1 < len(items) else None
+        if (token in _DASH_VALUES and following is not None and following.startswith("-")
+                and not following.startswith("--") and len(following) > 1):
+            out.append(f"{token}={following}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
+@contextmanager
+def _plugin_warnings() -> Iterator[None]:
+    """Inside, a plugin left out (:class:`PluginWarning`) is one line on stderr like the command's own
+    messages, every time; other warnings are shown as before."""
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:
+            if issubclass(category, PluginWarning):
+                print(f"rapt-audit: warning: {message}", file=sys.stderr)
+            else:
+                previous(message, category, filename, lineno, file, line)
+
+        warnings.simplefilter("always", PluginWarning)
+        warnings.showwarning = show
+        yield
 
 
 class Terminated(KeyboardInterrupt):

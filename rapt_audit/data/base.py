@@ -103,7 +103,7 @@ class Splits:
 
 
 def assert_disjoint(*parts: Sequence[Record]) -> None:
-    """Raise if any uid occurs in more than one part (victim/attacker separation, DESIGN.md §5)."""
+    """Raise if any uid occurs in more than one part: the attacker never trains or selects on a victim record."""
     seen: dict[str, int] = {}
     for index, part in enumerate(parts):
         for record in part:

@@ -26,7 +26,8 @@ from rapt_audit.api.files import read_cache_json_gz, write_cache_json_gz
 from rapt_audit.mechanisms import analysis_pack
 from rapt_audit.mechanisms.analysis_pack import texts_digest
 from rapt_audit.mechanisms.engines import tagger
-from rapt_audit.mechanisms.pos import TaggedWord, mentions_of, ptb_tags, spacy_entity_spans, tagged_words
+from rapt_audit.mechanisms.pos import (TaggedWord, mentions_of, new_words_forgotten, ptb_tags, spacy_entity_spans,
+                                       tagged_words)
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.pipeline.context import RunContext
@@ -58,7 +59,8 @@ def words(ctx: RunContext, texts: Sequence[str]) -> list[list[tuple[str, str]]]:
 
     def compute() -> list[list[tuple[str, str]]]:
         nlp = tagger(ctx)
-        return [[(t.text, t.whitespace_) for t in nlp.make_doc(text)] for text in texts]
+        with new_words_forgotten(nlp):
+            return [[(t.text, t.whitespace_) for t in nlp.make_doc(text)] for text in texts]
 
     return [[(word, space) for word, space in row] for row in _cached(ctx, "words", texts, compute, _rebuild(texts))]
 

@@ -2,7 +2,7 @@
 
 A dχ mechanism claims ``P[M(x) ∈ S] <= exp(η·d(x, x')) · P[M(x') ∈ S]`` for every output event S; a
 Laplace release claims the same with its ε. The audit runs the released mechanism as a black box
-(research notes §6; DP-Sniper, Delta-Siege):
+(as DP-Sniper, Bichsel et al., S&P 2021, and Delta-Siege, Lokna et al., S&P 2023, do):
 
 1. draw ``2n`` releases of x and of x'; the first ``n`` of each choose an event, the other ``n``
    evaluate it (no selection bias, no multiplicity penalty);
@@ -18,7 +18,8 @@ The verdict is ``VIOLATION`` when ε_LB exceeds the claim (proof of a bug at tha
 ``unauditable`` when the claim is above the largest bound ``n`` samples can give (about
 ``ln(n / ln(2/alpha))``: such a claim cannot be falsified, and says little), else ``ok`` —
 which is not a proof of privacy: an audit can only find violations. In high dimension a correct
-T2T realises far less than ``η·d`` (notes §0), so ``ok`` with a small ε_LB is expected.
+T2T realises far less than ``η·d`` (decoding to the nearest word is post-processing), so ``ok``
+with a small ε_LB is expected.
 """
 
 from __future__ import annotations

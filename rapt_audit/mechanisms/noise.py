@@ -48,7 +48,7 @@ def check_privacy_parameter(name: str, value: Any, *, allow_inf: bool, inf_meani
     """Validates a privacy parameter (eta, epsilon, a sensitivity, a scale) and returns it as a float.
 
     The contract follows Google DP's validators ("Epsilon must be finite and positive, but is nan.")
-    and diffprivlib's/Tumult's type checks (research notes §7.3):
+    and diffprivlib's/Tumult's type checks:
 
     * ``bool`` (also ``numpy.bool_``), ``str``, ``complex``, arrays with a number of elements other
       than one, and anything that is not a real number raise :class:`TypeError`. ``True`` would
@@ -175,11 +175,11 @@ def dchi_noise(n: int, d: int, eta: float, rng: np.random.Generator, dtype: Any 
     ``v = g / ||g||_2`` for ``g ~ N(0, I_d)``, which has density ``∝ exp(-eta * ||z||_2)``
     (Feyisetan et al., WSDM 2020, Alg. 1; Qu et al., CIKM 2021). The mean norm is ``d / eta``.
 
-    Why this exact recipe (bugs seen in public code, research notes §4.A):
+    Why this exact recipe (bugs seen in public implementations):
 
     * The radius is drawn **once per vector**. Drawing a Gamma per coordinate gives the wrong norm
-      law (DESIGN.md §2), and per-coordinate Laplace(1/eta) is dχ for the L1 metric, not L2 (up to
-      a factor √d off).
+      law (the norm of dχ noise is one Gamma(d, 1/eta) draw), and per-coordinate Laplace(1/eta) is
+      dχ for the L1 metric, not L2 (up to a factor √d off).
     * numpy's ``gamma(shape, scale)`` takes a **scale** (= 1/eta); torch's ``Gamma(concentration,
       rate)`` takes a **rate** (= eta). Swapping them scales the noise by eta² (wrong unless eta=1).
     * The shape is the actual dimension ``d``: any other shape k gives a density
@@ -278,7 +278,7 @@ def laplace_noise(shape: int | tuple[int, ...], scale: Any, rng: np.random.Gener
 
     Every element is a fresh draw: for a ``(n, d)`` shape that is fresh noise per example **and**
     per dimension. CAPE's public code draws one ``d``-vector and broadcasts it over the batch, and
-    DPNR's draws one scalar per example for all dimensions; both are not LDP (research notes §4.C).
+    DPNR's draws one scalar per example for all dimensions; neither is then LDP per example.
 
     Args:
         shape: Output shape.

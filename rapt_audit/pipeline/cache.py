@@ -120,7 +120,9 @@ def fitted_state(defense: Any, *, ctx: RunContext, fit_records: Sequence[Record]
         model_fingerprint: The weights fingerprint of ``ctx.model``.
     """
     effective_eta = getattr(defense, "effective_eta", None)
-    state = {"format": CACHE_FORMAT, **run_state(ctx, model_fingerprint=model_fingerprint),
+    # The precision of the networks the defense trained (CAPE's projection, SnD's denoiser) changes its
+    # releases; it is not in run_state, which the privatized texts share (they do not depend on it).
+    state = {"format": CACHE_FORMAT, **run_state(ctx, model_fingerprint=model_fingerprint), "precision": ctx.precision,
              "code": source_digest(type(defense)), "defense": defense.name, "params": get_params(defense),
              "effective_eta": to_jsonable(effective_eta(ctx)) if callable(effective_eta) else None,
              "fit_records": records_digest(fit_records),

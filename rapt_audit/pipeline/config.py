@@ -34,6 +34,7 @@ from rapt_audit.api.params import coerce, to_jsonable
 from rapt_audit.api.registry import closest, unknown_name_message
 from rapt_audit.data import COLUMN_KEYS, is_file_dataset
 from rapt_audit.data.columns import normalize_columns
+from rapt_audit.encoder.precision import PRECISION_CHOICES
 from rapt_audit.pipeline.context import PROFILES
 
 #: Split sizes per profile (upper bounds; scaled down for small datasets, see ``profile_split_sizes``).
@@ -59,6 +60,10 @@ class RunConfig:
         profile: ``smoke``, ``cpu`` or ``paper``.
         seed: The run seed.
         device: ``auto``, ``cpu`` or ``cuda``.
+        precision: ``auto`` (bfloat16 mixed precision where the device computes it natively, float32
+            elsewhere: :func:`rapt_audit.encoder.precision.resolve_precision`), ``fp32`` or ``bf16``;
+            the precision of every network the run trains and runs (never of the mechanisms). The
+            precision used is ``env.precision``; ``auto`` is left out of ``cell_id``, like ``device``.
         out: Output directory (default: ``runs/<defense>-<dataset>-<profile>-s<seed>-<hash>``).
         data_dir: Data directory (default: ``$RAPT_AUDIT_DATA``).
         defense_args: Parameters of the defense.
@@ -79,6 +84,7 @@ class RunConfig:
     profile: str = "cpu"
     seed: int = 0
     device: str = "auto"
+    precision: str = "auto"
     out: str | None = None
     data_dir: str | None = None
     defense_args: Mapping[str, Any] = field(default_factory=dict)
@@ -92,6 +98,9 @@ class RunConfig:
             raise UnknownNameError(unknown_name_message("profile", self.profile, list(PROFILES)))
         if self.device not in {"auto", "cpu", "cuda"}:
             raise UsageError(f"device={self.device!r} is not one of auto, cpu, cuda")
+        if self.precision not in PRECISION_CHOICES:
+            raise UsageError(f"precision={self.precision!r} is not one of {', '.join(PRECISION_CHOICES)} (auto: "
+                             "bfloat16 where the CPU or GPU computes it natively, else float32)")
         for key in self.data_args:
             if key not in SPLIT_KEYS and key not in COLUMN_KEYS:
                 raise UnknownNameError(_unknown_data_key(key))
@@ -121,9 +130,14 @@ class RunConfig:
         return to_jsonable(asdict(self))
 
     def cell_id(self) -> str:
-        """Hash of everything that changes the result (not ``out``, ``force``, ``device`` or the cache switch)."""
+        """Hash of everything that changes the result (not ``out``, ``force``, ``device`` or the cache switch).
+
+        ``precision=auto`` is left out (it resolves per machine, as ``device`` does, and ids of results
+        written before the setting existed stay the same); an explicit ``fp32`` or ``bf16`` is in.
+        """
         data = {k: v for k, v in self.to_dict().items()
-                if k not in {"out", "force", "device", "data_dir", "release_cache"}}
+                if k not in {"out", "force", "device", "data_dir", "release_cache"}
+                and not (k == "precision" and v == "auto")}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:12]
 
 
@@ -138,7 +152,7 @@ def _unknown_data_key(key: str) -> str:
 #: Keys settable at the top level of a config file or with ``--set``.
 RUN_KEYS = tuple(f.name for f in fields(RunConfig) if f.name not in {"defense_args", "attack_args", "data_args"})
 _RUN_TYPES = {"defense": str, "attacks": str, "dataset": str | None, "model": str, "profile": str, "seed": int,
-              "device": str, "out": str | None, "data_dir": str | None, "force": bool,
+              "device": str, "precision": str, "out": str | None, "data_dir": str | None, "force": bool,
               "release_cache": bool}
 
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 T = TypeVar("T")
 
-#: Profiles trade fidelity for cost (DESIGN.md §7).
+#: Profiles trade fidelity for cost: ``smoke`` (seconds, for tests), ``cpu`` (minutes on a laptop) and
+#: ``paper`` (the papers' settings on full datasets, for a GPU); see ``RunConfig.profile``.
 PROFILES = ("smoke", "cpu", "paper")
 
 
@@ -54,6 +55,9 @@ class RunContext:
         seed: The run seed; every random choice is derived from it.
         profile: ``smoke``, ``cpu`` or ``paper``.
         device: The resolved torch device, ``"cpu"`` or ``"cuda"``.
+        precision: The resolved precision of the networks the run trains and runs, ``"fp32"`` or
+            ``"bf16"`` (:func:`rapt_audit.encoder.precision.resolve_precision`); plugins pass it to
+            :func:`rapt_audit.utility.on_device.autocast`. Mechanisms never read it.
         model: The model spec (``"minilm"``, a Hugging Face id, or a local path).
         cache_dir: Where expensive intermediate results are cached on disk.
         progress: Whether to show progress bars.
@@ -71,6 +75,7 @@ class RunContext:
     seed: int = 0
     profile: str = "smoke"
     device: str = "cpu"
+    precision: str = "fp32"
     model: str = "minilm"
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "rapt-audit")
     progress: bool = False
@@ -79,6 +84,17 @@ class RunContext:
     cache_analyses: bool = False
     text_releases: TextReleaseStore | None = None
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
+    _tallies: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+
+    def tally(self, kind: str, event: str) -> None:
+        """Count one ``event`` (``hits``, ``misses``) of the on-disk cache ``kind`` (``services``...);
+        the run records the counts in ``env.release_cache``."""
+        counts = self._tallies.setdefault(kind, {"hits": 0, "misses": 0})
+        counts[event] = counts.get(event, 0) + 1
+
+    def tallies(self) -> dict[str, dict[str, int]]:
+        """What :meth:`tally` counted, by cache kind."""
+        return {kind: dict(counts) for kind, counts in self._tallies.items()}
 
     def seed_for(self, *key: object) -> int:
         """A seed for the component named by ``key`` (e.g. ``("attack", "mlp_inversion")``)."""

@@ -9,7 +9,10 @@ The driver validates each document against the result schema, checks that it is 
 the data the driver checked, and writes ``<cell>/result.json`` atomically while holding that cell
 directory's lock (taken when the cell is submitted, released after the write). It submits only as
 many cells as the live nodes can run at once and queues the rest itself, so the progress lines can
-say how many are running and queued, and the locks held stay few.
+say how many are running and queued, and the locks held stay few. This side of the loop is
+:class:`~rapt_audit.pipeline.cell_driver.CellDriver`, shared with ``--jobs N``. Each worker computes
+with ``--cpus-per-cell`` threads (rounded down, at least 1; :mod:`~rapt_audit.encoder.threads`), set
+before its cell runs, so cells side by side do not oversubscribe the cores.
 
 Failures: a worker process that dies (killed, out of memory, node lost) is a system failure, and
 Ray runs the task again (``max_retries``); an exception raised by the run (a ``DataError``, a bug)
@@ -27,23 +30,16 @@ import math
 import os
 import signal
 import socket
-import time
-from collections import deque
-from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rapt_audit.api.errors import RaptAuditError, ResultError, UsageError
-from rapt_audit.api.files import remove_stray_temps
-from rapt_audit.api.locks import hold_out_dir
-from rapt_audit.pipeline import runner as audit_runner
+from rapt_audit.api.errors import RaptAuditError, UsageError
+from rapt_audit.encoder.threads import available_cores, cell_threads
+from rapt_audit.pipeline.cell_driver import CellDriver, CellError, cell_task, reuse
 from rapt_audit.pipeline.config import RunConfig
-from rapt_audit.pipeline.result_schema import validate_result_document
-from rapt_audit.pipeline.results import RESULT_FILE, RunResult, write_result
-from rapt_audit.pipeline.sweep import Cell, CellsFailed, SweepIndex
+from rapt_audit.pipeline.results import RunResult
+from rapt_audit.pipeline.sweep import Cell, Log, SweepIndex
 
-Log = Callable[[str], None]
 EXTRA = "pip install 'rapt-audit[ray]'"
 DEFAULT_PORT = 6379  # what `ray start --head` listens on
 PROBE_TIMEOUT_S = 5.0
@@ -95,24 +91,6 @@ def probe_address(address: str, *, timeout: float = PROBE_TIMEOUT_S) -> None:
                          f"{port} is open. Without --address a local Ray instance is started.") from None
 
 
-def _cell_task(compute: Callable[[RunConfig], RunResult], config: RunConfig) -> dict[str, Any]:
-    """What a Ray worker runs for one cell: the audit, returned as the result document (nothing written)."""
-    return compute(config).to_dict()
-
-
-def _machine_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # honours taskset and container CPU sets
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
 @dataclass
 class RayExecutor:
     """Run a sweep's cells as Ray tasks; see the module docstring.
@@ -122,7 +100,8 @@ class RayExecutor:
             ``auto``; ``None`` takes ``$RAY_ADDRESS`` as Ray does, and without it starts a local
             Ray instance sized to this machine. A Ray already initialized in this process
             (``ray.init`` by the caller) is used as it is.
-        cpus_per_cell: CPUs each cell's task declares (Ray runs as many cells at once as fit).
+        cpus_per_cell: CPUs each cell's task declares (Ray runs as many cells at once as fit); its
+            worker computes with that many threads (rounded down, at least 1).
         gpus_per_cell: GPUs each cell's task declares; ``1`` for a GPU grid (``--device cuda``
             needs it: Ray gives a GPU only to tasks that ask for one).
         max_retries: How often a cell whose worker process died is run again.
@@ -165,7 +144,7 @@ class RayExecutor:
         """
         pending = [c for c in cells if index.status[c.name] == "pending"]
         if not pending:  # a finished sweep: nothing to start Ray for
-            return [(c, _reuse(c, index, log, f"{i}/{len(cells)}")) for i, c in enumerate(cells, 1)]
+            return [(c, reuse(c, index, log, f"{i}/{len(cells)}")) for i, c in enumerate(cells, 1)]
         cuda = [c.label for c in pending if c.config.device == "cuda"]
         if cuda and self.gpus_per_cell == 0:
             raise UsageError(f"cell {cuda[0]} asks for --device cuda, but its Ray task declares no GPU; add "
@@ -185,7 +164,7 @@ class RayExecutor:
         self.check()
         options: dict[str, Any] = {"logging_level": logging.WARNING}
         if self.address is None:
-            options.update(num_cpus=_machine_cpus(), include_dashboard=False)
+            options.update(num_cpus=available_cores(), include_dashboard=False)
         else:
             options["address"] = self.address
         try:
@@ -201,11 +180,20 @@ class RayExecutor:
             # ray.init installs its own SIGTERM handler; the CLI's turns SIGTERM into a clean interrupt.
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-        resources = ray.cluster_resources()
+        resources, threads = ray.cluster_resources(), self.threads()
         log(f"Ray {'cluster at ' + self.address if self.address else 'on this machine'}: "
             f"{resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU; each cell declares "
-            f"{self.cpus_per_cell:g} CPU, {self.gpus_per_cell:g} GPU")
+            f"{self.cpus_per_cell:g} CPU, {self.gpus_per_cell:g} GPU and computes with {threads} "
+            f"thread{'s' if threads > 1 else ''}")
         return True
+
+    def threads(self) -> int:
+        """The threads each cell's worker computes with: ``cpus_per_cell`` rounded down (at least 1).
+
+        The user's ``OMP_NUM_THREADS`` (forwarded to the workers) wins; decided here, since a worker
+        sees Ray's own ``OMP_NUM_THREADS`` and cannot tell whose it is.
+        """
+        return cell_threads(self.cpus_per_cell)
 
     def worker_env(self) -> dict[str, str]:
         """The driver's environment variables that every worker gets (:data:`FORWARDED_ENV`, :data:`LOCAL_ENV`)."""
@@ -213,81 +201,36 @@ class RayExecutor:
         return {k: os.environ[k] for k in names if k in os.environ}
 
 
-def _reuse(cell: Cell, index: SweepIndex, log: Log, number: str) -> RunResult:
-    """The finished result of a cell that :func:`~rapt_audit.pipeline.sweep.check_cells` found complete."""
-    log(f"cell {number} {cell.label}: reusing {cell.config.out}")
-    return index.finished[cell.name]  # read and checked just before, under the sweep's lock
+class _Driver(CellDriver):
+    """One Ray sweep's loop: cells are Ray tasks, as many submitted as the live nodes can run."""
 
-
-class _Driver:
-    """One Ray sweep's loop: submit as many cells as the cluster can run, write each as it finishes."""
+    where = "on Ray"
+    worker = "its Ray worker"
 
     def __init__(self, executor: RayExecutor, ray: Any, cells: Sequence[Cell], index: SweepIndex, log: Log, *,
                  owns_ray: bool) -> None:
-        self.ex, self.ray, self.cells, self.index, self.log = executor, ray, list(cells), index, log
-        self.owns_ray = owns_ray
-        self.number = {c.name: i for i, c in enumerate(self.cells, 1)}
-        self.results: dict[str, RunResult] = {}
-        self.failures: dict[str, str] = {}
-        self.queue = deque(c for c in self.cells if index.status[c.name] == "pending")
-        self.running: dict[Any, tuple[Cell, float, ExitStack]] = {}
-        self.durations: list[float] = []
-        self.ran = 0
+        super().__init__(cells, index, log, executor.compute)
+        self.ex, self.ray, self.owns_ray = executor, ray, owns_ray
         self.warned = False
+        self.threads = executor.threads()
         options: dict[str, Any] = {"num_cpus": executor.cpus_per_cell, "num_gpus": executor.gpus_per_cell,
                                    "max_retries": executor.max_retries, "retry_exceptions": False}
         env = executor.worker_env()
         if env:
             options["runtime_env"] = {"env_vars": env}
-        self.task = ray.remote(_cell_task).options(**options)
-        self.compute = executor.compute or audit_runner.compute  # looked up now, so a patched compute is honoured
-
-    def say(self, cell: Cell, message: str) -> None:
-        self.log(f"cell {self.number[cell.name]}/{len(self.cells)} {cell.label}: {message}")
-
-    def counts(self) -> str:
-        text = f"{len(self.running)} running, {len(self.queue)} queued"
-        if self.durations and (self.running or self.queue):
-            mean = sum(self.durations) / len(self.durations)
-            rounds = math.ceil((len(self.running) + len(self.queue)) / max(1, self.capacity(quiet=True)))
-            text += f", about {_duration(mean * rounds)} left"
-        return text
+        self.task = ray.remote(cell_task).options(**options)
 
     def run(self) -> list[tuple[Cell, RunResult]]:
-        clock = time.perf_counter()
-        for cell in self.cells:
-            if self.index.status[cell.name] == "complete":
-                self.results[cell.name] = _reuse(cell, self.index, self.log,
-                                                 f"{self.number[cell.name]}/{len(self.cells)}")
+        """Run the pending cells on Ray; see :meth:`CellDriver.run`.
+
+        Raises:
+            UsageError: when no node of a local Ray instance can run a cell.
+        """
         if self.queue and self.capacity() == 0 and self.ex.address is None:
             raise UsageError(f"no cell fits on this machine's Ray instance: each declares {self.ex.cpus_per_cell:g} "
                              f"CPU and {self.ex.gpus_per_cell:g} GPU, and Ray sees {self.ray.cluster_resources()}; "
                              "lower --cpus-per-cell / --gpus-per-cell")
-        try:
-            while self.queue or self.running:
-                self.submit()
-                if self.running:
-                    ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=1.0)  # Ctrl-C stays prompt
-                    for ref in ready:
-                        self.finish(ref)
-        except KeyboardInterrupt:
-            # Our own session ends with ray.shutdown(), which stops this job's tasks everywhere. A caller's
-            # session lives on, so its tasks are cancelled; not with force=True, which can abort the driver
-            # (a Ray check failure) when a task finishes at the moment it is killed.
-            if not self.owns_ray:
-                for ref in self.running:
-                    self.ray.cancel(ref)
-            raise
-        finally:
-            for _, _, lock in self.running.values():
-                lock.close()  # an unwritten cell's new, empty directory goes with its lock
-        self.log(f"sweep on Ray: {self.ran} cells run, {len(self.cells) - self.ran - len(self.failures)} reused, "
-                 f"{len(self.failures)} failed, in {_duration(time.perf_counter() - clock)}")
-        done = [(c, self.results[c.name]) for c in self.cells if c.name in self.results]
-        if self.failures:
-            raise CellsFailed(out=self.index.out, total=len(self.cells), results=done,
-                              failures=[(c, self.failures[c.name]) for c in self.cells if c.name in self.failures])
-        return done
+        return super().run()
 
     def capacity(self, *, quiet: bool = False) -> int:
         """How many cells the live nodes can run at once (Ray queues the rest; so do we, to count them)."""
@@ -306,86 +249,40 @@ class _Driver:
             return 1  # an autoscaling cluster may add one; Ray holds the task until then
         return total
 
-    def submit(self) -> None:
-        limit = self.capacity()
-        while self.queue and len(self.running) < limit:
-            cell = self.queue.popleft()
-            lock = ExitStack()
-            try:
-                # Held by the driver from submission to the write, as runner.run holds it in-process.
-                lock.enter_context(hold_out_dir(cell.config.out))
-                remove_stray_temps(cell.config.out, RESULT_FILE)  # left by a killed driver; never read
-                existing = audit_runner.check_out_dir(Path(cell.config.out), cell.config)
-                if existing is None or cell.config.force:
-                    self.running[self.task.remote(self.compute, cell.config)] = (cell, time.perf_counter(), lock)
-            except RaptAuditError as exc:  # another process took the directory since the check
-                lock.close()
-                self.fail(cell, f"{type(exc).__name__}: {exc}", time.perf_counter())
-                continue
-            except BaseException:
-                lock.close()
-                raise
-            if existing is not None and not cell.config.force:
-                lock.close()
-                self.results[cell.name] = existing
-                self.index.mark(cell, "complete")
-                self.say(cell, f"reusing {cell.config.out} (written meanwhile)")
-                continue
-            self.say(cell, f"started ({self.counts()})")
+    def start(self, cell: Cell) -> Any:
+        """Submit the cell's task; its worker computes with the cell's share of threads."""
+        return self.task.remote(self.compute, cell.config, self.threads)
 
-    def finish(self, ref: Any) -> None:
-        cell, started, lock = self.running.pop(ref)
-        with lock:
-            try:
-                doc = self.ray.get(ref)
-                result = self.accept(cell, doc)
-            except self.ray.exceptions.RayTaskError as exc:  # the run raised: not retried
-                cause = getattr(exc, "cause", None) or exc
-                hint = ""
-                if isinstance(cause, ImportError):
-                    hint = " (install rapt-audit, the driver's version, on every node of the cluster)"
-                elif not isinstance(cause, RaptAuditError):
-                    self.log(str(exc))  # a bug: the worker's traceback helps its report
-                self.fail(cell, f"{type(cause).__name__}: {cause}{hint}", started)
-                return
-            except self.ray.exceptions.RayError as exc:  # the worker died more often than max_retries
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                self.fail(cell, f"{type(exc).__name__} after {self.ex.max_retries} retries: {first}", started)
-                return
-            except RaptAuditError as exc:  # the document failed the driver's checks
-                self.fail(cell, f"{type(exc).__name__}: {exc}", started)
-                return
-        elapsed = time.perf_counter() - started
-        self.durations.append(elapsed)
-        self.ran += 1
-        self.results[cell.name] = result
-        self.index.mark(cell, "complete")
-        self.say(cell, f"done in {_duration(elapsed)} ({self.counts()})")
+    def wait(self) -> list[Any]:
+        """The refs of tasks that ended within a second."""
+        ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=1.0)  # Ctrl-C stays prompt
+        return ready
 
-    def fail(self, cell: Cell, error: str, started: float) -> None:
-        self.failures[cell.name] = error
-        self.index.mark(cell, "failed", error)
-        self.say(cell, f"FAILED after {_duration(time.perf_counter() - started)}: {error} ({self.counts()})")
+    def outcome(self, handle: Any) -> Any:
+        """The task's document; a run that raised is not retried, a worker that died was (``max_retries``)."""
+        try:
+            return self.ray.get(handle)
+        except self.ray.exceptions.RayTaskError as exc:  # the run raised: not retried
+            cause = getattr(exc, "cause", None) or exc
+            hint = ""
+            if isinstance(cause, ImportError):
+                hint = " (install rapt-audit, the driver's version, on every node of the cluster)"
+            elif not isinstance(cause, RaptAuditError):
+                self.log(str(exc))  # a bug: the worker's traceback helps its report
+            raise CellError(f"{type(cause).__name__}: {cause}{hint}") from None
+        except self.ray.exceptions.RayError as exc:  # the worker died more often than max_retries
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise CellError(f"{type(exc).__name__} after {self.ex.max_retries} retries: {first}") from None
 
-    def accept(self, cell: Cell, doc: Any) -> RunResult:
-        """Validate a worker's result document and write it (the caller holds the cell's lock)."""
-        source = f"{Path(cell.config.out) / RESULT_FILE} (as returned by its Ray worker)"
-        if not isinstance(doc, dict):
-            raise ResultError(f"result file {source}: not a result document but {type(doc).__name__}")
-        validate_result_document(doc, source)
-        result = RunResult.from_dict(doc)
-        if result.cell_id != cell.config.cell_id():
-            raise ResultError(f"result file {source} is the run of cell {result.cell_id}, not of this cell "
-                              f"({cell.config.cell_id()})")
-        expected = self.index.data.get(cell.name)
-        got = (result.dataset.get("name"), result.env.get("data_fingerprint"))
-        if expected is not None and got != expected:
-            raise ResultError(
-                f"cell {cell.label} ran on other data on its worker ({got[0]}@{str(got[1])[:8]}) than this "
-                f"driver checked ({expected[0]}@{expected[1][:8]}); give every node the same data: the same "
-                "RAPT_AUDIT_DATA content on each node before 'ray start', or --data-dir with a path valid on all")
-        write_result(result, cell.config.out)
-        return result
+    def cancel(self) -> None:
+        """Our own session ends with ray.shutdown(), which stops this job's tasks everywhere.
+
+        A caller's session lives on, so its tasks are cancelled; not with force=True, which can abort
+        the driver (a Ray check failure) when a task finishes at the moment it is killed.
+        """
+        if not self.owns_ray:
+            for ref in self.running:
+                self.ray.cancel(ref)
 
 
 __all__ = ["EXTRA", "FORWARDED_ENV", "LOCAL_ENV", "RayExecutor", "import_ray", "probe_address"]

@@ -11,8 +11,9 @@
     defense     name and resolved parameters
     utility     metric -> {value, ci_low, ci_high, n, method, level}; accuracy also per_record: {num, den}
     attacks     attack -> {empirical_privacy: {..., per_record: {num, den}}, metrics: {...}, details: {...}}
-                or {skipped: reason}
-    env         package versions, git sha, model and data fingerprints, seed, device, wall time
+                or {skipped: reason}, or {failed: message} for an attack that raised or broke its contract
+    env         package versions (third-party plugins' distributions among them), git sha, model and
+                data fingerprints, seed, device, wall time
     warnings    things a reader must know (synthetic data, departures from a paper)
 
 ``result.schema.json`` (next to this module) is the JSON Schema of that shape; :func:`read_result`
@@ -32,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic
-from rapt_audit.api.types import AttackResult, Estimate, Skip
+from rapt_audit.api.plugins import plugin_distributions
+from rapt_audit.api.types import AttackFailure, AttackResult, Estimate, Outcome, Skip
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.tidy import records_frame, tidy_records
 
@@ -56,15 +58,20 @@ class RunResult:
     dataset: dict[str, Any]
     defense: dict[str, Any]
     utility: dict[str, Estimate]
-    attacks: dict[str, AttackResult | Skip]
+    attacks: dict[str, Outcome]
     env: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     schema: str = SCHEMA
 
     def __post_init__(self) -> None:
         # A skip reason given as a plain string (the older in-memory shape) becomes a Skip.
-        self.attacks = {name: outcome if isinstance(outcome, (AttackResult, Skip)) else Skip.from_dict(outcome)
-                        for name, outcome in self.attacks.items()}
+        self.attacks = {name: outcome if isinstance(outcome, (AttackResult, Skip, AttackFailure))
+                        else Skip.from_dict(outcome) for name, outcome in self.attacks.items()}
+
+    @property
+    def failed(self) -> dict[str, AttackFailure]:
+        """The attacks that raised or broke their contract, with what went wrong."""
+        return {name: o for name, o in self.attacks.items() if isinstance(o, AttackFailure)}
 
     @property
     def synthetic(self) -> bool:
@@ -83,7 +90,7 @@ class RunResult:
         """The JSON document."""
         attacks: dict[str, Any] = {}
         for name, outcome in self.attacks.items():
-            if isinstance(outcome, Skip):
+            if isinstance(outcome, (Skip, AttackFailure)):
                 attacks[name] = outcome.to_dict()
             else:
                 # The headline keeps its per-record parts: the regression gate compares them paired.
@@ -100,10 +107,12 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
         """Inverse of :meth:`to_dict`."""
-        attacks: dict[str, AttackResult | Skip] = {}
+        attacks: dict[str, Outcome] = {}
         for name, outcome in data["attacks"].items():
             if isinstance(outcome, str) or "skipped" in outcome:
                 attacks[name] = Skip.from_dict(outcome)
+            elif "failed" in outcome:
+                attacks[name] = AttackFailure.from_dict(outcome)
             else:
                 attacks[name] = AttackResult(Estimate.from_dict(outcome["empirical_privacy"]),
                                              {k: Estimate.from_dict(v) for k, v in outcome["metrics"].items()},
@@ -150,14 +159,15 @@ def read_result(path: str | Path) -> RunResult:
 
 
 def package_versions() -> dict[str, str]:
-    """Installed versions of the packages that can change a result."""
+    """Installed versions of the packages that can change a result, the distributions of the
+    third-party plugins loaded among them."""
     versions = {}
     for name in _VERSIONED:
         try:
             versions[name] = version(name)
         except PackageNotFoundError:
             versions[name] = "not installed"
-    return versions
+    return {**versions, **plugin_distributions()}
 
 
 def git_sha() -> str | None:

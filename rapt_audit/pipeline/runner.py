@@ -1,10 +1,13 @@
-"""``run(config) -> RunResult``: one audit of one defense, end to end (DESIGN.md §5).
+"""``run(config) -> RunResult``: one audit of one defense, end to end.
 
 1. Build the defense and the selected attacks (every bad name or value fails here, before work).
 2. Load the dataset and cut disjoint victim and attacker splits.
 3. ``defense.fit(victim_train)``; ``defense.utility(victim_test)``.
 4. ``defense.release(victim_test)`` once; every applicable attack is fitted on the attacker's own
-   data and scored on that one release. Inapplicable pairs are recorded as skipped with a reason.
+   data and scored on that one release. Inapplicable pairs are recorded as skipped with a reason;
+   an attack that raises or returns the wrong thing is recorded as failed, naming the broken
+   contract (:mod:`~rapt_audit.pipeline.contracts`), and the other attacks go on. A defense that
+   raises stops the run with a :class:`~rapt_audit.api.errors.PluginError` naming it.
    The victim release and the attackers' adaptive releases go through the on-disk release cache
    (:mod:`~rapt_audit.pipeline.cache`), so a re-run reads them instead of privatizing again.
 5. Write ``<out>/result.json`` atomically (nothing is written for a run that fails or is stopped).
@@ -31,13 +34,22 @@ from rapt_audit.api.files import remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
-from rapt_audit.api.types import AttackResult, Skip
+from rapt_audit.api.types import AttackFailure, Outcome, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
 from rapt_audit.encoder.models import model_fingerprint, resolve_device
+from rapt_audit.encoder.precision import resolve_precision
+from rapt_audit.encoder.threads import current_threads
 from rapt_audit.mechanisms import analysis_pack
 from rapt_audit.pipeline.cache import cached_defense
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
+from rapt_audit.pipeline.contracts import (
+    CheckedReleases,
+    attack_failure,
+    check_attack_result,
+    check_utility,
+    defense_call,
+)
 from rapt_audit.pipeline.context import RunContext, default_cache_dir, derive_seed
 from rapt_audit.pipeline.gpu_usage import GpuMonitor, monitor as gpu_monitor
 from rapt_audit.pipeline.results import (
@@ -152,6 +164,8 @@ def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
             raise ResultError(
                 f"output directory {out} holds a different run (defense {existing.defense.get('name')!r}, "
                 f"cell {existing.cell_id}); choose another --out or delete {path}")
+        if any(isinstance(o, AttackFailure) for o in existing.attacks.values()):
+            return None  # some attacks failed there: this run is not finished, and a fixed plugin gets its turn
         return existing
     if out.is_dir() and any(p for p in out.iterdir() if not p.name.startswith(".")):
         raise ResultError(f"output directory {out} is not empty and holds no rapt-audit result; choose an empty "
@@ -169,7 +183,8 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
 
     Returns:
         The result (also written to ``<out>/result.json``). When the output directory already holds
-        this exact run and ``config.force`` is false, that result is returned without re-running.
+        this exact run and ``config.force`` is false, that result is returned without re-running
+        (unless some of its attacks failed: then the run is made again).
 
     Raises:
         ResultError: when another process is using the output directory (or see :func:`plan`).
@@ -212,8 +227,10 @@ def _execute(checked: Plan, *, say: Log, progress: bool) -> RunResult:
 def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
     """Run a checked plan: fit, utility, release, attacks; return the result (nothing written)."""
     config = checked.config
-    ctx = RunContext(seed=config.seed, profile=config.profile, device=resolve_device(config.device),
-                     model=config.model, cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir,
+    device = resolve_device(config.device)
+    ctx = RunContext(seed=config.seed, profile=config.profile, device=device,
+                     precision=resolve_precision(config.precision, device), model=config.model,
+                     cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir,
                      cache_analyses=config.release_cache)
     fingerprint = model_fingerprint(config.model, cache_dir=ctx.cache_dir)
     if config.release_cache:
@@ -245,10 +262,13 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     steps = 3 + len(checked.attacks)
     bar = _progress_bar(steps, enabled=ctx.progress)
     say(f"fitting defense {config.defense}")
-    timed("defense.fit", lambda: defense.fit(splits.victim_train, ctx=ctx))
+    with defense_call(config.defense, "fit", defense):
+        timed("defense.fit", lambda: defense.fit(splits.victim_train, ctx=ctx))
     bar.update(1)
     if dataset.has_labels:
-        utility = dict(timed("defense.utility", lambda: defense.utility(splits.victim_test, ctx=ctx)))
+        with defense_call(config.defense, "utility", defense):
+            utility = check_utility(config.defense,
+                                    timed("defense.utility", lambda: defense.utility(splits.victim_test, ctx=ctx)))
     else:
         utility = {}
         warnings.append(f"dataset {dataset.name} has no task labels, so utility was not measured")
@@ -257,10 +277,12 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     cached = cached_defense(defense, ctx=ctx, enabled=config.release_cache, fit_records=splits.victim_train,
                             utility_records=splits.victim_test if dataset.has_labels else None,
                             model_fingerprint=fingerprint)
-    release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
+    cached.defense = CheckedReleases(config.defense, defense)  # each release checked before the cache stores it
+    with defense_call(config.defense, "release", defense):
+        release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
     victim_release = cached.last
     bar.update(1)
-    outcomes: dict[str, AttackResult | Skip] = {}
+    outcomes: dict[str, Outcome] = {}
     for name, attack in checked.attacks.items():
         bar.update(1)
         if not (attack.requires & release.kinds):
@@ -268,19 +290,26 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                                   f"{config.defense} releases {', '.join(sorted(release.kinds))}")
             continue
         say(f"attack {name}")
+        method = "fit"
         try:
             timed(f"attack.{name}.fit", lambda: attack.fit(splits.attacker, cached, ctx=ctx))
-            outcomes[name] = timed(f"attack.{name}", lambda: attack.attack(release, splits.victim_test, ctx=ctx))
+            method = "attack"
+            outcomes[name] = check_attack_result(
+                name, timed(f"attack.{name}", lambda: attack.attack(release, splits.victim_test, ctx=ctx)))
         except Skip as skip:
             outcomes[name] = Skip(skip.reason)  # a fresh one: the raised one's traceback holds the attack's frames
+        except Exception as exc:  # noqa: BLE001 - one failing attack must not cost the other attacks' work
+            failure = outcomes[name] = attack_failure(name, method, exc, attack)
+            say(f"attack {name} failed (recorded; the other attacks go on): {failure.message}")
     bar.close()
     env = environment()
-    env.update({"seed": config.seed, "device": ctx.device, "model": config.model,
+    env.update({"seed": config.seed, "device": ctx.device, "precision": ctx.precision, "model": config.model,
                 "model_fingerprint": fingerprint,
                 "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings, "gpu": gpu.summary(),
-                "release_cache": {"victim_test": victim_release, **cached.report(),
+                "threads": current_threads(),
+                "release_cache": {"victim_test": victim_release, **cached.report(), **ctx.tallies(),
                                   **({"texts": ctx.text_releases.report()} if ctx.text_releases else {})}})
     if (packed := analysis_pack.provenance(ctx)) is not None:  # spaCy absent: whose analyses the run read
         env["spacy_analyses"] = packed

@@ -18,8 +18,11 @@ between cells rather than in one, and the same command run again goes on from th
 
 By default the cells run one after another in this process. An :class:`Executor` runs them
 elsewhere: :class:`~rapt_audit.pipeline.ray_executor.RayExecutor` (``--executor ray``) runs each cell
-as a Ray task, on this machine or a cluster, and writes what the workers return here. Both check
-every cell first and reuse finished ones in the same way.
+as a Ray task, on this machine or a cluster, and
+:class:`~rapt_audit.pipeline.local_executor.LocalExecutor` (``--jobs N``) runs N at once in worker
+processes on this machine, each with its share of the cores; both write what the workers return
+here (:mod:`~rapt_audit.pipeline.cell_driver`). All check every cell first and reuse finished ones
+in the same way.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from rapt_audit.api.errors import RaptAuditError, UsageError
 from rapt_audit.api.files import remove_stray_temps, write_json_atomic
 from rapt_audit.api.locks import hold_out_dir
-from rapt_audit.api.types import Skip
+from rapt_audit.api.types import AttackFailure, AttackResult
 from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.config import RunConfig, build_config
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult
@@ -244,16 +247,16 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         log: Where progress lines go.
         progress: Show progress bars inside each run (in-process sweeps only).
         runner: The function that runs one configuration (default :func:`rapt_audit.pipeline.runner.run`).
-        executor: Where the cells run (default: one after another in this process, where the
-            first failing cell stops the sweep); an executor runs every cell and then raises
-            :class:`CellsFailed` listing the failed ones.
+        executor: Where the cells run (default: one after another in this process). Either way a
+            failing cell is marked ``failed`` in ``sweep.json``, the other cells run, and
+            :class:`CellsFailed` then lists the failed ones.
         time_budget: Seconds from this call after which no cell is started that would not fit
             (in-process sweeps only; see the module docstring).
         clock: Where the time is read (seconds; tests pass their own).
 
     Raises:
         ResultError: when another process is using ``out`` or a cell directory holds another run.
-        CellsFailed: when an executor's cells failed (the finished ones are kept).
+        CellsFailed: when cells failed (the finished ones are kept).
         BudgetSpent: when cells were left pending because the time budget ran out.
         UsageError: for a time budget that is not positive, or one given with an executor.
     """
@@ -261,7 +264,7 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         raise UsageError(f"--time-budget must be a positive number of seconds, got {time_budget:g}")
     if time_budget is not None and executor is not None:
         raise UsageError("--time-budget applies to sweeps that run in this process; an executor schedules its "
-                         "cells itself (drop --executor, or --time-budget)")
+                         "cells itself (drop --executor ray / --jobs, or --time-budget)")
     deadline = None if time_budget is None else (clock(), float(time_budget))
     with hold_out_dir(out):
         remove_stray_temps(out, SWEEP_INDEX)  # left by a killed sweep; never read, now removed
@@ -311,7 +314,8 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
     # The longest cell so far estimates the next one: cells differ (identity trains less than RAPT), and
     # a cell started that does not fit is lost when the machine's time runs out.
     longest = max((float(r.env.get("wall_time_s") or 0.0) for r in index.finished.values()), default=None)
-    results = []
+    results: list[tuple[Cell, RunResult]] = []
+    failures: list[tuple[Cell, str]] = []
     for i, cell in enumerate(cells, 1):
         pending = index.status[cell.name] != "complete"
         if pending and deadline is not None and longest is not None:
@@ -324,11 +328,20 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
                                   pending=sum(index.status[c.name] != "complete" for c in rest))
         say(f"cell {i}/{len(cells)} {cell.label}: {'running' if pending else 'reusing'} {cell.config.out}")
         started = clock()
-        result = runner(cell.config, log=log, progress=progress)
+        try:
+            result = runner(cell.config, log=log, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - a failing cell (a defense that raises) must not cost the others
+            message = str(exc) if isinstance(exc, RaptAuditError) else f"{type(exc).__name__}: {exc}"
+            say(f"cell {i}/{len(cells)} {cell.label}: failed, going on with the other cells: {message}")
+            index.mark(cell, "failed", message)
+            failures.append((cell, message))
+            continue
         if pending:
             longest = max(longest or 0.0, clock() - started)
         index.mark(cell, "complete")
         results.append((cell, result))
+    if failures:
+        raise CellsFailed(out=out, total=len(cells), results=results, failures=failures)
     return results
 
 
@@ -348,8 +361,9 @@ def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
         values = [result.utility[m].value if m in result.utility else None for m in utility]
         for a in attacks:
             outcome = result.attacks.get(a)
-            values.append(None if outcome is None or isinstance(outcome, Skip) else outcome.empirical_privacy.value)
-        cells = ["skipped" if v is None else f"{v:.4f}" for v in values]
+            values.append("failed" if isinstance(outcome, AttackFailure) else outcome.empirical_privacy.value
+                          if isinstance(outcome, AttackResult) else None)
+        cells = ["skipped" if v is None else v if isinstance(v, str) else f"{v:.4f}" for v in values]
         lines.append(f"{cell.label:<{width}}  " + "  ".join(f"{s:>{max(8, len(c))}}" for s, c in zip(cells, cols)))
     if len({r.signature for _, r in results}) > 1:
         lines.append("note: the cells have different comparability signatures (the sweep changed data, "

@@ -3,7 +3,8 @@
 A measure is a utility metric (``kind="utility"``), an attack's headline empirical privacy
 (``kind="privacy"``, ``measure="empirical_privacy"``) or one of an attack's own metrics
 (``kind="attack_metric"``, e.g. ``token_accuracy``). A skipped attack keeps its row: ``value`` is
-NaN and ``skipped`` holds the reason, so a table never silently loses the pairs that did not run.
+NaN and ``skipped`` holds the reason, so a table never silently loses the pairs that did not run; an
+attack that failed (raised, or broke its contract) likewise, with its message in ``failed``.
 
 :func:`setting_key` is the one definition of "the same defense setting" (name and resolved
 parameters): the report and leaderboard rows (:func:`rapt_audit.reporting.summary.group_results`)
@@ -19,7 +20,7 @@ import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from rapt_audit.api.plugins import load as load_plugins
-from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.scoring.metrics import METRICS
 
 if TYPE_CHECKING:  # results.py imports this module; the type is only named here
@@ -30,7 +31,8 @@ if TYPE_CHECKING:  # results.py imports this module; the type is only named here
 #: The fixed columns of a tidy frame, in order; one ``param.<name>`` column per defense parameter follows.
 COLUMNS = ("signature", "dataset", "synthetic", "profile", "model", "defense", "setting_key", "params",
            "seed", "kind", "attack", "measure", "value", "ci_low", "ci_high", "n", "ci_method", "level",
-           "higher_is_better", "skipped", "cell_id", "git_sha", "version", "started_at", "wall_time_s", "path")
+           "higher_is_better", "skipped", "failed", "cell_id", "git_sha", "version", "started_at", "wall_time_s",
+           "path")
 
 #: Prefix of the per-parameter columns (``param.eta``, ``param.method``...).
 PARAM_PREFIX = "param."
@@ -99,15 +101,19 @@ def tidy_records(result: RunResult, *, path: str | None = None) -> list[dict[str
 
     rows = []
 
-    def add(kind: str, attack: str | None, measure: str, est: Estimate | None, skipped: str | None = None) -> None:
+    def add(kind: str, attack: str | None, measure: str, est: Estimate | None, skipped: str | None = None,
+            failed: str | None = None) -> None:
         rows.append({**common, "kind": kind, "attack": attack, "measure": measure, **estimate_cells(est),
-                     "higher_is_better": _direction(measure), "skipped": skipped})
+                     "higher_is_better": _direction(measure), "skipped": skipped, "failed": failed})
 
     for name, est in result.utility.items():
         add("utility", None, name, est)
     for attack, outcome in result.attacks.items():
         if isinstance(outcome, Skip):
             add("privacy", attack, "empirical_privacy", None, outcome.reason)
+            continue
+        if isinstance(outcome, AttackFailure):
+            add("privacy", attack, "empirical_privacy", None, failed=outcome.message)
             continue
         add("privacy", attack, "empirical_privacy", outcome.empirical_privacy)
         for name, est in outcome.metrics.items():

@@ -136,11 +136,11 @@ def _without_lone_surrogates(obj: Any, *, where: str, errors: str) -> Any:
 
 
 def _csv_items(lines: Iterator[tuple[int, str]], layout: Layout, *, name: str) -> Iterator[Item]:
-    numbers: list[int] = []
+    numbers = [0]  # the number of the last line read (the row's last): one slot, not one per line
 
     def text_lines() -> Iterator[str]:
         for number, line in lines:
-            numbers.append(number)
+            numbers[-1] = number
             yield line
 
     reader = csv.DictReader(text_lines(), delimiter=layout.delimiter)

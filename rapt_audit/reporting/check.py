@@ -27,7 +27,8 @@ measures that keep none, such as the mutual-information bound): each standard er
     b − x  >  z · sqrt(se_b² + se_x²)  +  tolerance          (defaults: z = 1.96, tolerance = 0.005)
 
 An attack that was measured in the baseline but is skipped or absent now is also a regression (the
-gate must not pass because a check stopped running). Gains are reported, never failures. Exit codes:
+gate must not pass because a check stopped running), and so is one that now failed (raised, or broke
+its contract: the result holds ``{"failed": message}``). Gains are reported, never failures. Exit codes:
 0 no regression, 1 at least one regression, 2 unusable input (a baseline run with no matching new
 run, a corrupt file, or — unless ``--allow-signature-change`` — a new run whose comparability
 signature differs from its baseline's).
@@ -49,7 +50,7 @@ from typing import Any, Sequence
 from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.plugins import load
-from rapt_audit.api.types import AttackResult, Estimate, Skip
+from rapt_audit.api.types import AttackFailure, AttackResult, Estimate
 from rapt_audit.api.version import __version__
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import SCHEMA, RunResult
@@ -64,7 +65,7 @@ DEFAULT_PAIRED_TOLERANCE = 0.001
 #: Paired bootstrap resamples: enough for a stable 2.5 % quantile of the drop.
 PAIRED_RESAMPLES = 2000
 #: Statuses that fail the gate.
-FAILING = frozenset({"regressed", "missing", "records"})
+FAILING = frozenset({"regressed", "missing", "records", "failed"})
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class Comparison:
     base: Estimate | None
     new: Estimate | str | None
     allowed: float
-    status: str  # "ok", "improved", "regressed", "missing", "records" (other records than the baseline's)
+    status: str  # "ok", "improved", "regressed", "missing", "failed", "records" (other records than the baseline's)
     test: str = "unpaired"  # "paired" (record by record) or "unpaired" (two intervals)
     bound: float = math.nan  # paired: the one-sided lower confidence bound of the drop
 
@@ -150,11 +151,14 @@ def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z, toler
     out = []
     label = run_label(base)
     for attack, outcome in base.attacks.items():
-        if isinstance(outcome, Skip):
-            continue  # skipped in the baseline: nothing to defend
+        if not isinstance(outcome, AttackResult):
+            continue  # skipped or failed in the baseline: nothing measured to defend
         now = new.attacks.get(attack)
         for metric, (est, higher) in _privacy_measures(outcome).items():
-            if now is None or isinstance(now, Skip):
+            if isinstance(now, AttackFailure):
+                out.append(Comparison(label, attack, metric, est, f"failed: {now.message}", math.nan, "failed"))
+                continue
+            if not isinstance(now, AttackResult):
                 reason = "not run" if now is None else f"skipped: {now.reason}"
                 out.append(Comparison(label, attack, metric, est, reason, math.nan, "missing"))
                 continue
@@ -279,7 +283,7 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
 
 def format_comparisons(comparisons: Sequence[Comparison]) -> str:
     """A table of every comparison, regressions first."""
-    order = {"regressed": 0, "records": 1, "missing": 2, "improved": 3, "ok": 4}
+    order = {"regressed": 0, "failed": 1, "records": 2, "missing": 3, "improved": 4, "ok": 5}
     header = (f"{'status':<10} {'run':<34} {'attack / measure':<40} {'baseline':>9} {'now':>9} {'drop':>8} "
               f"{'allowed':>8}  test")
     lines = [header]
@@ -295,7 +299,7 @@ def format_comparisons(comparisons: Sequence[Comparison]) -> str:
             line += f"  paired: drop ≥ {c.bound:+.4f}"
         elif c.status in {"ok", "improved", "regressed"}:
             line += "  unpaired"
-        if c.status == "missing":
+        if c.status in {"missing", "failed"}:
             line += f"   ({c.new})"
         elif c.status == "records":
             line += f"   ({_records_note(c)})"
@@ -354,7 +358,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(format_comparisons(comparisons))
     bad = [c for c in comparisons if c.status in FAILING]
     if bad:
-        print(f"FAILED: {len(bad)} privacy measure(s) regressed, lost records or stopped being measured:",
+        print(f"FAILED: {len(bad)} privacy measure(s) regressed, lost records, failed or stopped being measured:",
               file=sys.stderr)
         for c in bad:
             if c.status == "regressed" and c.test == "paired":
@@ -365,6 +369,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                       f"(drop {c.drop:.4f} > allowed {c.allowed:.4f})", file=sys.stderr)
             elif c.status == "records":
                 print(f"  {c.run}: {c.attack} {c.metric}: {_records_note(c)}", file=sys.stderr)
+            elif c.status == "failed":
+                print(f"  {c.run}: {c.attack} {c.metric} was measured in the baseline and now {c.new}", file=sys.stderr)
             else:
                 print(f"  {c.run}: {c.attack} {c.metric} is no longer measured ({c.new})", file=sys.stderr)
         return 1

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 from rapt_audit.api.plugins import ATTACKS, load as load_plugins
-from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.api.types import AttackResult, Estimate
 from rapt_audit.pipeline.tidy import params_json
 from rapt_audit.reporting.check import DEFAULT_Z, unpaired_half_width
 from rapt_audit.reporting.collect import collect
@@ -112,13 +112,13 @@ def utility_of(row: Row) -> Estimate | None:
 
 
 def privacy_of(attack: str) -> Callable[[Row], Estimate | None]:
-    """``row → empirical privacy of attack`` (None where it was skipped or not run); a single run's own
+    """``row → empirical privacy of attack`` (None where it was skipped, failed or not run); a single run's own
     estimate, which keeps its per-record outcomes for a paired comparison, several seeds' combined one."""
     def measure(row: Row) -> Estimate | None:
         outcome = row.runs[0].result.attacks.get(attack) if len(row.runs) == 1 else row.privacy.get(attack)
-        if outcome is None or isinstance(outcome, Skip):
-            return None
-        return outcome if isinstance(outcome, Estimate) else outcome.empirical_privacy
+        if isinstance(outcome, AttackResult):
+            return outcome.empirical_privacy
+        return outcome if isinstance(outcome, Estimate) else None  # skipped, failed or not run
     return measure
 
 

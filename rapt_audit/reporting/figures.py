@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from rapt_audit.api.types import Skip
+from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.pareto import Point, pareto_front
 from rapt_audit.reporting.summary import Group, Row, safe_id
 
@@ -85,7 +85,7 @@ def pareto_points(group: Group, attack: str, utility: str) -> list[Point]:
     points = []
     for row in group.rows:
         est = row.privacy.get(attack)
-        if isinstance(est, Skip) or est is None or utility not in row.utility:
+        if not isinstance(est, Estimate) or utility not in row.utility:  # skipped, failed or not run
             continue
         points.append(Point(row.utility[utility].value, est.value, row.setting, row))
     return points
@@ -137,7 +137,9 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
     ax.scatter([p.utility for p in fpts], [p.privacy for p in fpts], s=150, facecolors="none",
                edgecolors="black", linewidths=1.6, zorder=5, label="Pareto frontier")
     ax.set_xlabel(f"utility: {_label(utility)} ↑")
-    ax.set_ylabel("empirical privacy ↑ (1 − attack success)")
+    measure = group.headline(attack)
+    ax.set_ylabel("empirical privacy ↑ (1 − attack success)" if measure == "empirical_privacy"
+                  else f"{_label(measure)} (not 1 − attack success)")
     ax.set_title(f"{_label(attack)}: privacy vs utility", fontsize=11)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="best", framealpha=0.85)

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.pipeline.results import RunResult
 from rapt_audit.pipeline.tidy import estimate_cells, records_frame, setting_columns, tidy_records
 from rapt_audit.reporting.collect import Collection, Loaded, collect
@@ -32,7 +32,7 @@ _IN_MEMORY = Path("<in memory>")
 #: The fixed columns of :func:`summarize`, in order; ``param.<name>`` columns follow.
 SUMMARY_COLUMNS = ("signature", "dataset", "synthetic", "profile", "model", "defense", "setting", "setting_key",
                    "params", "no_privacy", "privacy_level", "seeds", "n_seeds", "kind", "attack", "measure",
-                   "value", "ci_low", "ci_high", "n", "ci_method", "level", "skipped")
+                   "value", "ci_low", "ci_high", "n", "ci_method", "level", "skipped", "failed")
 
 
 class ResultsWarning(UserWarning):
@@ -57,7 +57,8 @@ def load(source: str | Path | RunResult | Iterable[str | Path | RunResult]) -> p
     Columns: signature, dataset, synthetic, profile, model, defense, setting_key, params (JSON),
     seed, kind (``utility`` / ``privacy`` / ``attack_metric``), attack, measure, value, ci_low,
     ci_high, n, ci_method, level, higher_is_better (for the defender, from the metric's declaration),
-    skipped (the reason, for an attack that did not run; its value is NaN), cell_id, git_sha, version,
+    skipped (the reason, for an attack that did not run; its value is NaN), failed (what went wrong,
+    for an attack that raised or broke its contract; its value is NaN), cell_id, git_sha, version,
     started_at, wall_time_s, path, then one ``param.<name>`` column per defense parameter.
 
     Args:
@@ -74,13 +75,16 @@ def load(source: str | Path | RunResult | Iterable[str | Path | RunResult]) -> p
                          for row in tidy_records(item.result, path=None if item.path == _IN_MEMORY else str(item.path)))
 
 
-def _summary_rows(row: Row, kind: str, attack: str | None, measure: str, est: Estimate | Skip) -> dict[str, Any]:
+def _summary_rows(row: Row, kind: str, attack: str | None, measure: str,
+                  est: Estimate | Skip | AttackFailure) -> dict[str, Any]:
     # The setting's cells are those of its first run (every run of a row shares them, the seed aside).
     skipped = est.reason if isinstance(est, Skip) else None
+    failed = est.message if isinstance(est, AttackFailure) else None
     return {**setting_columns(row.runs[0].result), "synthetic": row.synthetic, "setting": row.setting,
             "no_privacy": row.no_privacy, "privacy_level": row.privacy_level,
             "seeds": ",".join(map(str, row.seeds)), "n_seeds": len(row.seeds), "kind": kind, "attack": attack,
-            "measure": measure, **estimate_cells(None if isinstance(est, Skip) else est), "skipped": skipped}
+            "measure": measure, **estimate_cells(est if isinstance(est, Estimate) else None), "skipped": skipped,
+            "failed": failed}
 
 
 def summarize(source: str | Path | RunResult | Iterable[str | Path | RunResult]) -> pd.DataFrame:

@@ -17,9 +17,9 @@ from urllib.parse import quote
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.files import write_text_atomic
-from rapt_audit.api.types import Skip
+from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.collect import Collection, collect
-from rapt_audit.reporting.summary import Group, fmt_estimate, group_results
+from rapt_audit.reporting.summary import Group, fmt_estimate, fmt_outcome, group_results
 
 
 def _cell(text: object) -> str:
@@ -64,7 +64,10 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
         lines += ["> **WARNING: SYNTHETIC DEMO DATA.** These rows come from the generated demo corpus and say "
                   "nothing about real-world privacy.", ""]
     util = group.utility_metrics
-    head = ["defense", "setting", "seeds"] + [f"{_cell(m)} ↑" for m in util] + [f"{_cell(a)} ↑" for a in measured]
+    head = ["defense", "setting", "seeds"] + [f"{_cell(m)} ↑" for m in util]
+    # An attack whose headline is its own measure (ae_inversion's reconstruction MSE) says so in its column.
+    head += [f"{_cell(a)} ↑" + ("" if group.measure_note(a) is None else f" ({_cell(group.headline(a))})")
+             for a in measured]
     head += ["report"] if report else []
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3 - bool(report))
                                                              + (["---"] if report else [])) + "|"]
@@ -72,13 +75,17 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
         cells = [row.defense + (" (no privacy)" if row.no_privacy else ""), row.setting,
                  ",".join(map(str, row.seeds))]
         cells += [fmt_estimate(row.utility[m]) if m in row.utility else "—" for m in util]
-        for a in measured:
-            est = row.privacy.get(a)
-            cells.append("skipped" if isinstance(est, Skip) or est is None else fmt_estimate(est))
+        # A failure's message comes from a plugin: escaped like every other text from a result file.
+        cells += [fmt_estimate(o) if isinstance(o := row.privacy.get(a), Estimate) else _cell(fmt_outcome(o))
+                  for a in measured]
         if report:
             cells.append(_link(report, row.anchor))
         cells[:2] = [_cell(c) for c in cells[:2]]  # the defense and setting come from the result file
         lines.append("| " + " | ".join(cells) + " |")
+    measures = {a: note for a in measured if (note := group.measure_note(a))}
+    if measures:
+        lines += ["", "Not empirical privacy in [0, 1]: " + "; ".join(
+            f"{_name(a)} reports {_cell(note)}" for a, note in measures.items()) + "."]
     if group.skipped_attacks:
         lines += ["", "Not applicable here: " + "; ".join(
             f"{_name(a)} ({_cell(reason)})" for a, reason in group.skipped_attacks.items()) + "."]

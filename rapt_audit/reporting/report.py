@@ -23,7 +23,7 @@ from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_bytes_atomic, write_text_atomic
 from rapt_audit.api.plugins import ATTACKS, load
 from rapt_audit.api.registry import describe
-from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.mechanisms.calibration import RAPT_TABLE_III
 from rapt_audit.pipeline.results import SYNTHETIC_WARNING
@@ -68,6 +68,8 @@ def arrow(metric: str) -> str:
 
 
 def _est_cell(est: Any) -> str:
+    if isinstance(est, AttackFailure):  # never a number: the attack raised or broke its contract
+        return f'<td class="fail" title="{e(est.message)}">failed: <span class="why">{e(est.message)}</span></td>'
     if isinstance(est, Skip) or est is None:
         reason = est.reason if est is not None else "not run"
         return f'<td class="skip" title="{e(reason)}">skipped<span class="why">{e(reason)}</span></td>'
@@ -80,7 +82,8 @@ def _est_cell(est: Any) -> str:
 def _summary_table(group: Group) -> str:
     util, attacks = group.utility_metrics, group.measured_attacks
     head = "".join(f"<th>{e(m)} {arrow(m)}</th>" for m in util)
-    head += "".join(f'<th>{e(a)} ↑<span class="sub">empirical privacy</span></th>' for a in attacks)
+    head += "".join(f'<th>{e(a)} {arrow(group.headline(a))}<span class="sub">{e(_measure_name(group, a))}</span></th>'
+                    for a in attacks)
     verbatim = any(row.unchanged_share is not None for row in group.rows)
     head += ('<th>released unchanged<span class="sub">share of units sent as they were; named entities (spaCy) '
              'found verbatim</span></th>' if verbatim else "")
@@ -98,6 +101,12 @@ def _summary_table(group: Group) -> str:
                     f'<td>{", ".join(map(str, row.seeds))}</td>{cells}</tr>')
     return (f'<table class="summary"><thead><tr><th>defense</th><th>setting</th><th>seeds</th>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def _measure_name(group: Group, attack: str) -> str:
+    """How an attack's headline column is named: ``empirical privacy``, or its own measure (``reconstruction_mse``)."""
+    name = group.headline(attack)
+    return "empirical privacy" if name == "empirical_privacy" else name
 
 
 def _figure_html(fig: Figure, files_rel: str | None) -> str:
@@ -159,6 +168,10 @@ def _attack_detail(group: Group, attack: str) -> str:
     body = []
     for row in group.rows:
         outcome = row.privacy.get(attack)
+        if isinstance(outcome, AttackFailure):
+            body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>"
+                        f"<td colspan='{len(metric_names) + 2}' class='fail'>failed: {e(outcome.message)}</td></tr>")
+            continue
         if isinstance(outcome, Skip) or outcome is None:
             reason = outcome.reason if outcome is not None else "not run"
             body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>"
@@ -170,7 +183,8 @@ def _attack_detail(group: Group, attack: str) -> str:
         body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>{_est_cell(outcome)}"
                     f"{cells}<td>{details}</td></tr>")
     return (f"<section class='attack' id='{group.anchor}-attack-{safe_id(attack)}'><h4>{e(attack)}</h4>{about}"
-            f"<table><thead><tr><th>defense</th><th>setting</th><th>empirical privacy ↑</th>{head}"
+            f"<table><thead><tr><th>defense</th><th>setting</th><th>{e(_measure_name(group, attack))} "
+            f"{arrow(group.headline(attack))}</th>{head}"
             f"<th>details (first seed)</th></tr></thead><tbody>{''.join(body)}</tbody></table></section>")
 
 
@@ -187,6 +201,10 @@ def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, ba
              "the reconstruction error); intervals are 95 %.</p>"]
     if any(r.synthetic for r in group.rows):
         parts.append(f"<p class='banner warn'><strong>{e(SYNTHETIC_WARNING)}</strong></p>")
+    measures = {a: note for a in group.measured_attacks if (note := group.measure_note(a))}
+    if measures:  # a column of another unit must not pass for 1 − attack success
+        parts.append("<p class='note'><strong>Not empirical privacy in [0, 1]:</strong> " + "; ".join(
+            f"<code>{e(a)}</code> reports {e(note)}" for a, note in measures.items()) + ".</p>")
     parts.append(warnings_html(group))
     parts += ["<h3>Summary</h3>", _summary_table(group), pretraining_note(group), selection_note(group)]
     if group.skipped_attacks:

@@ -22,6 +22,7 @@ thead th { background: var(--bg2); position: sticky; top: 0; }
 td.num { white-space: nowrap; font-variant-numeric: tabular-nums; }
 .ci { color: var(--muted); } .n, .sub, .why { display: block; color: var(--muted); font-size: .78em; }
 td.skip { color: var(--muted); font-style: italic; max-width: 18rem; }
+td.fail { color: #a61b1b; font-weight: 600; max-width: 18rem; }
 .tag { font-size: .72em; border: 1px solid var(--line); border-radius: 3px; padding: 0 .25rem; margin-left: .3rem; }
 .tag.warn { color: var(--warn); border-color: var(--warn); }
 .banner { border-radius: 6px; padding: .7rem 1rem; margin: .8rem 0; }

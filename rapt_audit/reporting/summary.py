@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from rapt_audit.api.plugins import load as load_plugins
-from rapt_audit.api.types import Estimate, Skip
+from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
-from rapt_audit.scoring.metrics import METRICS
+from rapt_audit.scoring.metrics import METRICS, declared, headline_metric
 from rapt_audit.scoring.stats import seed_summary
 
 #: Privacy parameters and how they are written in tables and plots, in order of preference.
@@ -68,8 +68,10 @@ class Row:
     runs: list[Loaded]
     setting: str = ""
     utility: dict[str, Estimate] = field(default_factory=dict)
-    privacy: dict[str, Estimate | Skip] = field(default_factory=dict)
+    privacy: dict[str, Estimate | Skip | AttackFailure] = field(default_factory=dict)
     metrics: dict[str, dict[str, Estimate]] = field(default_factory=dict)
+    #: Attack → the declared measure its headline is (:func:`~rapt_audit.scoring.metrics.headline_metric`).
+    headline: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -180,6 +182,18 @@ class Group:
         return {a: next(r.privacy[a] for r in self.rows if a in r.privacy).reason  # type: ignore[union-attr]
                 for a in self.attacks if a not in measured}
 
+    def headline(self, attack: str) -> str:
+        """The declared measure ``attack``'s headline is here: ``empirical_privacy`` or the attack's own."""
+        return next((r.headline[attack] for r in self.rows if attack in r.headline), "empirical_privacy")
+
+    def measure_note(self, attack: str) -> str | None:
+        """What ``attack``'s headline is when it is not 1 − attack success in [0, 1] (``None`` when it is)."""
+        name = self.headline(attack)
+        found = declared(name)
+        if name == "empirical_privacy" or found is None:
+            return None
+        return f"{name}: {found.description}" + ("" if found.bounded else " (not in [0, 1])")
+
     @property
     def anchor(self) -> str:
         """A stable HTML id for the group."""
@@ -187,8 +201,8 @@ class Group:
 
 
 def _combine(estimates: Sequence[Estimate], metric: str) -> Estimate:
-    # A metric declared bounded (accuracy, token accuracy) keeps its seed interval inside [0, 1];
-    # empirical privacy is not (MSE attacks report an unbounded error), so it is never clipped.
+    # A metric declared bounded (accuracy, token accuracy, 1 − attack success) keeps its seed interval
+    # inside [0, 1]; an unbounded headline (ae_inversion's reconstruction MSE) is never clipped.
     declared = METRICS.get(metric) if metric in METRICS else None
     return seed_summary(list(estimates), bounds=(0.0, 1.0) if declared is not None and declared.bounded else None)
 
@@ -200,11 +214,17 @@ def _fill(row: Row) -> None:
         row.utility[name] = _combine(values, name)
     for attack in dict.fromkeys(a for res in results for a in res.attacks):
         outcomes = [res.attacks.get(attack) for res in results]
+        failed = [o for o in outcomes if isinstance(o, AttackFailure)]
+        if failed:  # never a number from the seeds that ran: the row is incomplete
+            seeds = f" (failed in {len(failed)} of {len(outcomes)} seeds)" if len(outcomes) > 1 else ""
+            row.privacy[attack] = AttackFailure(failed[0].message + seeds)
+            continue
         measured = [o for o in outcomes if o is not None and not isinstance(o, Skip)]
         if not measured:
             row.privacy[attack] = next((o for o in outcomes if isinstance(o, Skip)), Skip("not run"))
             continue
-        row.privacy[attack] = _combine([o.empirical_privacy for o in measured], "empirical_privacy")
+        row.headline[attack] = headline_metric(measured[0].metrics, measured[0].empirical_privacy)
+        row.privacy[attack] = _combine([o.empirical_privacy for o in measured], row.headline[attack])
         names = dict.fromkeys(m for o in measured for m in o.metrics)
         row.metrics[attack] = {m: _combine([o.metrics[m] for o in measured if m in o.metrics], m) for m in names}
 
@@ -270,4 +290,11 @@ def fmt_estimate(est: Estimate, digits: int = 3) -> str:
     return f"{est.value:.{digits}f} [{est.ci_low:.{digits}f}, {est.ci_high:.{digits}f}]"
 
 
-__all__ = ["PRIVACY_PARAMS", "Group", "Row", "fmt_estimate", "group_results", "safe_id"]
+def fmt_outcome(outcome: Estimate | Skip | AttackFailure | None) -> str:
+    """An attack's cell as text: ``0.812 [0.771, 0.850]``, ``skipped`` or ``failed: <what went wrong>``."""
+    if isinstance(outcome, AttackFailure):
+        return f"failed: {outcome.message}"
+    return "skipped" if outcome is None or isinstance(outcome, Skip) else fmt_estimate(outcome)
+
+
+__all__ = ["PRIVACY_PARAMS", "Group", "Row", "fmt_estimate", "fmt_outcome", "group_results", "safe_id"]

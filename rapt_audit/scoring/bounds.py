@@ -1,6 +1,6 @@
 """Exact binomial bounds and the empirical lower bound on a privacy loss built from them.
 
-The audit primitive of DP-Sniper, Delta-Siege and jax_privacy's auditing (research notes §3, §6):
+The audit primitive of DP-Sniper, Delta-Siege and jax_privacy's auditing:
 for an output event S chosen on other samples, ``k1`` of ``n1`` releases of input x and ``k0`` of
 ``n0`` releases of x' fall in S. With one-sided Clopper–Pearson bounds at ``alpha/2`` each,
 

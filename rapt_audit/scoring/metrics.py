@@ -6,9 +6,12 @@ whether a bigger number is better.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Mapping
 
 from rapt_audit.api.registry import Registry
+from rapt_audit.api.types import Estimate
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,46 @@ def metric(name: str, kind: str, higher_is_better: bool, description: str, *, bo
     METRICS.add(name, Metric(kind, higher_is_better, bounded, description))
 
 
-metric("empirical_privacy", "privacy", True,
-       "1 - attack success (RAPT Sec. IV-A); for MSE attacks, the reconstruction MSE", bounded=False)
+def declared(name: str) -> Metric | None:
+    """The declaration of ``name``, or of its base for a per-variant name (``attribute_accuracy.gender``)."""
+    for candidate in (name, name.split(".", 1)[0]):
+        if candidate in METRICS:
+            return METRICS.get(candidate)
+    return None
+
+
+def headline_metric(metrics: Mapping[str, Estimate], headline: Estimate) -> str:
+    """Which declared measure an attack's headline ``empirical_privacy`` is.
+
+    It is ``empirical_privacy`` (1 − attack success, in [0, 1]) unless the attack also reports the
+    headline under a privacy metric of its own: ``ae_inversion``'s headline is its
+    ``reconstruction_mse``, an error declared unbounded, and reports label it so.
+    """
+    for name, est in metrics.items():
+        found = declared(name)
+        if found is not None and found.kind == "privacy" and name != "empirical_privacy" and est == headline:
+            return name
+    return "empirical_privacy"
+
+
+def range_problem(name: str, est: Estimate) -> str | None:
+    """Why the estimate ``est`` of metric ``name`` breaks its declaration (undeclared, not finite, outside
+    [0, 1] for a bounded metric), or ``None`` when it keeps it."""
+    found = declared(name)
+    if found is None:
+        return (f"every metric must be declared, got the undeclared {name!r} (declare it once with "
+                "rapt_audit.scoring.metrics.metric(name, kind, higher_is_better, description, bounded=...) in the "
+                "module that computes it)")
+    numbers = (est.value, est.ci_low, est.ci_high)
+    if not all(math.isfinite(v) for v in numbers):
+        return f"{name} must be finite, got {est.value} [{est.ci_low}, {est.ci_high}]"
+    if found.bounded and not all(-1e-9 <= v <= 1 + 1e-9 for v in numbers):
+        return (f"{name} must lie in [0, 1] ({found.description}), got {est.value:g} "
+                f"[{est.ci_low:g}, {est.ci_high:g}]")
+    return None
+
+
+metric("empirical_privacy", "privacy", True, "1 - attack success (RAPT Sec. IV-A)")
 metric("accuracy", "utility", True, "task accuracy on privatized victim-test data")
 metric("macro_f1", "utility", True, "task macro-F1 on privatized victim-test data")
 metric("auc", "utility", True, "area under the ROC curve of the task classifier (macro one-vs-rest if >2 classes)")

@@ -33,7 +33,7 @@ import numpy as np
 from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
 from rapt_audit.api.registry import closest
 from rapt_audit.utility.on_device import FirstNonFinite, Tokenized, autocast, check_precision, tokenize
-from rapt_audit.utility.training import DeviceSum, Diverged, EarlyStopping, Epochs, fit, shuffled
+from rapt_audit.utility.training import DeviceSum, Diverged, EarlyStopping, Epochs, fit, length_batches
 
 #: The customization methods, in the order the paper reports them.
 METHODS = ("prompt", "prefix", "lora", "full")
@@ -60,7 +60,7 @@ PROFILE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
               "virtual_tokens": {"prompt": 8, "prefix": 4}, "patience": 1},
 }
 
-LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05  # RAPT / REFERENCE.md LoRA setting
+LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05  # RAPT's LoRA setting (rank 16, alpha 32, dropout 0.05)
 
 #: Steps between reads of the device's "a loss was not finite" flag (also read at each epoch's end).
 DIVERGENCE_CHECK_STEPS = 50
@@ -99,7 +99,7 @@ class TrainSettings:
     lora_dropout: float = LORA_DROPOUT
     rec_hidden: int = 96
     rec_weight: float = 1.0
-    precision: str = "fp32"  # the default until bf16 is measured against fp32 on a GPU (issue #12)
+    precision: str = "fp32"  # a run passes its own (ctx.precision: bf16 where the hardware has it)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -336,22 +336,21 @@ def train_classifier(loaded: Any, texts: Sequence[str] | Tokenized, labels: np.n
             raise Diverged(f"the training loss became {bad} in epoch {len(records) + 1} at lr {settings.lr:g}",
                            epoch=len(records) + 1, history=history())
 
-    def loss(idx: np.ndarray) -> torch.Tensor:
+    def loss(idx: np.ndarray) -> torch.Tensor:  # runs inside fit's autocast (the run's precision)
         batch = tokens.batch(idx)
-        with autocast(loaded.device, settings.precision):
-            logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
-                                       batch.get("plain_positions"))
-            task_loss = torch.nn.functional.cross_entropy(logits, y[batch["rows"]])
-            value = task_loss
-            sums.add("task_loss", task_loss, len(idx))
-            if rec_logits is not None:
-                flat = rec_logits.reshape(-1, rec_logits.shape[-1])
-                expected = targets.repeat(len(idx))
-                # Eq. 6 sums over the m plain tokens; averaged over the examples of the batch.
-                rec_loss = torch.nn.functional.cross_entropy(flat, expected, reduction="sum") / len(idx)
-                sums.add("rec_loss", rec_loss, len(idx))
-                sums.add("rec_accuracy", (flat.argmax(-1) == expected).float().mean(), len(idx))
-                value = task_loss + settings.rec_weight * rec_loss
+        logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
+                                   batch.get("plain_positions"))
+        task_loss = torch.nn.functional.cross_entropy(logits, y[batch["rows"]])
+        value = task_loss
+        sums.add("task_loss", task_loss, len(idx))
+        if rec_logits is not None:
+            flat = rec_logits.reshape(-1, rec_logits.shape[-1])
+            expected = targets.repeat(len(idx))
+            # Eq. 6 sums over the m plain tokens; averaged over the examples of the batch.
+            rec_loss = torch.nn.functional.cross_entropy(flat, expected, reduction="sum") / len(idx)
+            sums.add("rec_loss", rec_loss, len(idx))
+            sums.add("rec_accuracy", (flat.argmax(-1) == expected).float().mean(), len(idx))
+            value = task_loss + settings.rec_weight * rec_loss
         nonfinite.watch(value)
         if (step + 1) % DIVERGENCE_CHECK_STEPS == 0:  # ``step`` steps were taken before this one
             check_finite()
@@ -386,8 +385,11 @@ def train_classifier(loaded: Any, texts: Sequence[str] | Tokenized, labels: np.n
     # earlier epoch (EarlyStopping needs a strict improvement).
     stop = (EarlyStopping(settings.epochs, valid_accuracy, maximize=True, patience=settings.patience)
             if validation is not None else Epochs(settings.epochs))
-    outcome = fit(model, loss=loss, batches=shuffled(len(tokens), settings.batch_size, rng=np.random.default_rng(seed)),
-                  optimizer=optimizer, stop=stop, after_step=advance, end_epoch=epoch_record)
+    # Batches of similar length (issue #29): short texts no longer pay for a random batch's longest one.
+    outcome = fit(model, loss=loss, batches=length_batches(tokens.lengths, settings.batch_size,
+                                                           rng=np.random.default_rng(seed)),
+                  optimizer=optimizer, stop=stop, after_step=advance, end_epoch=epoch_record,
+                  autocast=lambda: autocast(loaded.device, settings.precision))
     trained = TrainedClassifier(model, loaded.tokenizer, settings, plain_count, loaded.device, history(),
                                 outcome.best_epoch)
     model.drop_reconstruction()  # the service keeps the task model only

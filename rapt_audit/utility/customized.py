@@ -13,13 +13,26 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.files import stable_hash
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.classification import classification_utility
-from rapt_audit.utility.customize import PlainTokens, TrainedClassifier, resolve_settings
+from rapt_audit.utility import customize, on_device, selection, training
+from rapt_audit.utility.customize import (PlainTokens, TrainedClassifier, TrainSettings, build_task_model,
+                                          resolve_settings)
 from rapt_audit.utility.selection import resolve_grid, select_and_train
+from rapt_audit.utility.state_cache import cached_state, code_digest
 
 if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and hands it down
     from rapt_audit.pipeline.context import RunContext
+
+#: The code that customizes the service: its stored weights are reused only by this code.
+CODE_VERSION = code_digest(__file__, customize.__file__, on_device.__file__, selection.__file__, training.__file__)
+
+
+def trained_parameters(model: Any) -> dict[str, Any]:
+    """The parameters training changed (prompt, prefix, LoRA weights and heads; everything under ``full``)."""
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+    return {name: value for name, value in model.state_dict().items() if name in trainable}
 
 
 def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method: str, overrides: Mapping[str, Any],
@@ -30,14 +43,20 @@ def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method
 
     ``overrides["lr"]`` pins the learning rate; ``lr_grid`` replaces the profile's grid. ``loaded``
     replaces the run's public encoder (e.g. one adapted by privacy-adaptive pretraining). The
-    validation split and the training seed derive from the run seed and ``key``.
+    validation split and the training seed derive from the run seed and ``key``. The trained model is
+    stored under ``$RAPT_AUDIT_CACHE/services`` by everything it depends on and read back when the
+    same training comes again (counted in ``env.release_cache.services``): the very weights, so the
+    same numbers.
 
     Returns:
         The chosen model and a record of the training for the result file: resolved settings with the
         chosen lr, the chosen model's per-epoch history, ``train_examples`` (all training texts received;
         ``selection`` says how many of them were held out for validation), wall time and ``selection``.
     """
-    settings = resolve_settings(method, ctx.profile, {**overrides, **(extra_settings or {})})
+    given = {**overrides, **(extra_settings or {})}
+    if given.get("precision") is None:  # the defense did not pin one: the run's (bf16 where native)
+        given["precision"] = ctx.precision
+    settings = resolve_settings(method, ctx.profile, given)
     grid, pinned = resolve_grid(settings.method, ctx.profile, lr=overrides.get("lr"), lr_grid=lr_grid)
     # Classes come from the training labels only: the test split is not read before the model is final.
     n_labels = int(np.max(y_train)) + 1
@@ -55,18 +74,41 @@ def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method
                 bar.reset(total=total)
             bar.update(step - bar.n)
 
-    try:
-        trained, selection = select_and_train(
+    def train() -> tuple[Any, dict[str, Any]]:
+        trained, choice = select_and_train(
             loaded, list(train_texts), y_train, settings, grid=grid, pinned=pinned, n_labels=n_labels,
             seed=ctx.seed_for("customize", key), split_rng=ctx.rng("validation-split", key), plain=plain,
             reconstruction=reconstruction, progress=advance)
+        return trained.model, {"settings": trained.settings.to_dict(), "history": trained.history,
+                               "best_epoch": trained.best_epoch, "train_examples": len(train_texts),
+                               "train_seconds": round(time.perf_counter() - started, 2),
+                               "plain_tokens": len(plain.words) if plain else 0,
+                               "reconstruction": bool(plain and reconstruction), "selection": choice}
+
+    def restore(state: dict[str, Any]) -> Any:
+        model = build_task_model(loaded, settings, n_labels)  # the reconstruction head was dropped after training
+        unexpected = model.load_state_dict(state, strict=False).unexpected_keys
+        if unexpected:
+            raise ValueError(f"stored service weights do not fit the task model: {unexpected[:3]}")
+        return model.eval()
+
+    # The trained service is stored by everything it depends on, so a run again (or a cell that changes
+    # only its attacks) reads it back instead of training again; only what training changed is stored.
+    signature = {"kind": "service", "code": CODE_VERSION, "model": loaded.fingerprint, "device": loaded.device,
+                 "texts": stable_hash([list(train_texts), np.asarray(y_train).tolist()]),
+                 "settings": settings.to_dict(), "grid": list(grid), "pinned": pinned, "n_labels": n_labels,
+                 "seed": ctx.seed, "key": key, "reconstruction": reconstruction,
+                 "plain": None if plain is None else [list(plain.words), list(plain.targets), plain.vocabulary_size]}
+    try:
+        model, record, cached = cached_state(ctx.cache_dir / "services", signature, train=train, restore=restore,
+                                             device=loaded.device, state=trained_parameters)
     finally:
         if bar is not None:
             bar.close()
-    record = {"settings": trained.settings.to_dict(), "history": trained.history,
-              "train_examples": len(train_texts), "train_seconds": round(time.perf_counter() - started, 2),
-              "plain_tokens": len(plain.words) if plain else 0, "reconstruction": bool(plain and reconstruction),
-              "selection": selection}
+    chosen = TrainSettings(**record["settings"])
+    trained = TrainedClassifier(model, loaded.tokenizer, chosen, len(plain.words) if plain else 0, loaded.device,
+                                record["history"], record["best_epoch"])
+    ctx.tally("services", "hits" if cached else "misses")
     return trained, record
 
 
@@ -85,4 +127,4 @@ def score_customized(trained: TrainedClassifier, test_texts: Sequence[str], y_te
     return classification_utility(probabilities, y_test, rng=ctx.rng("utility", key))
 
 
-__all__ = ["customize_service", "score_customized"]
+__all__ = ["CODE_VERSION", "customize_service", "score_customized", "trained_parameters"]

@@ -8,12 +8,14 @@ same input ids and masks that tokenizing the batch alone with ``padding=True`` g
 non-finite loss is noticed on the device (:class:`FirstNonFinite`); the epoch's statistics are summed
 there too (:class:`rapt_audit.utility.training.DeviceSum`) and both are read once per epoch.
 
-:func:`autocast` is the opt-in mixed precision of training and prediction (``precision=bf16``).
+:func:`autocast` is the mixed precision of training and prediction, for every network a run trains
+(``ctx.precision``: bf16 by default where the hardware has it, see :mod:`rapt_audit.encoder.precision`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence, get_args
 
@@ -24,10 +26,10 @@ from rapt_audit.encoder.encode import to_device
 from rapt_audit.utility.training import padded_rows
 
 #: Training precisions: ``fp32``, or ``bf16`` (torch.autocast with bfloat16 on the model's device;
-#: parameters, gradients and optimizer state stay fp32). fp32 is the default until bf16 is measured on
-#: a GPU; on the 2-core CPU (no native bf16) bf16 was 3–4× slower and its SST-2 accuracy (cpu profile,
-#: 600 texts, prompt tuning) .708/.708 against fp32's .718/.724 for seeds 0/1, within the ±4-point noise.
-#: Training precisions: the type of the ``precision`` setting, and its values.
+#: parameters, gradients and optimizer state stay fp32). Which one a run uses by default is decided per
+#: machine (:func:`rapt_audit.encoder.precision.resolve_precision`): bf16 where the CPU or GPU computes
+#: it natively, fp32 elsewhere (a CPU without native bf16 emulates it 3–4× slower).
+#: The type of the ``precision`` setting, and its values.
 Precision = Literal["fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 
@@ -40,12 +42,20 @@ def check_precision(value: str) -> str:
 
 
 def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
-    """A context in which forward passes run at ``precision`` on ``device`` (fp32: nothing changes)."""
-    if check_precision(precision) == "fp32":
+    """A context in which forward passes run at ``precision`` on ``device``.
+
+    ``bf16``: ``torch.autocast`` with bfloat16 (products in bfloat16, reductions and losses in float32).
+    ``fp32``: float32, also inside an enclosing bf16 region (a mechanism's part of a training step, such
+    as CAPE's noise, stays exact); where torch is not even imported nothing can be in autocast.
+    """
+    if check_precision(precision) == "fp32" and "torch" not in sys.modules:
         return contextlib.nullcontext()
     import torch  # lazy (torch)
 
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    kind = torch.device(device).type
+    if precision == "fp32":
+        return torch.autocast(device_type=kind, enabled=False)
+    return torch.autocast(device_type=kind, dtype=torch.bfloat16)
 
 
 @dataclass(frozen=True)

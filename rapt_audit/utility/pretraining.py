@@ -42,6 +42,7 @@ with their own mechanism (:meth:`rapt_audit.defenses._text.TextDefense.pretraini
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ import numpy as np
 from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.registry import unknown_name_message
 from rapt_audit.encoder.encode import to_device
+from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.training import DeviceSum, Epochs, fit
 
 #: ``none`` keeps the public encoder as it is.
@@ -253,7 +255,8 @@ def load_mlm(loaded: Any, *, seed: int) -> Any:
 
 
 def pretrain_encoder(loaded: Any, texts: Sequence[AlignedText], settings: PretrainSettings, *, seed: int,
-                     progress: Callable[[int, int], None] | None = None) -> tuple[Any, list[dict[str, float]]]:
+                     progress: Callable[[int, int], None] | None = None,
+                     precision: str = "fp32") -> tuple[Any, list[dict[str, float]]]:
     """Further pretrain ``loaded``'s encoder on privatized public ``texts``; return it and its loss curve.
 
     Args:
@@ -262,6 +265,7 @@ def pretrain_encoder(loaded: Any, texts: Sequence[AlignedText], settings: Pretra
         settings: The objective and its settings (:func:`resolve_pretrain_settings`).
         seed: Seeds the head's initialisation, the batch order and the masking.
         progress: Called with (step, total steps), the head's steps included.
+        precision: Of the forward passes (:func:`rapt_audit.utility.on_device.autocast`).
 
     Returns:
         A copy of ``loaded.model`` holding the adapted weights (the word embeddings unchanged), and the
@@ -292,10 +296,11 @@ def pretrain_encoder(loaded: Any, texts: Sequence[AlignedText], settings: Pretra
         for parameter in encoder_parameters:
             parameter.requires_grad_(False)
         curve += _mlm_phase(model, loaded, clean, replace(settings, objective="vanilla", steps=settings.head_steps,
-                                                          lr=HEAD_LR), pieces, rng, phase="head", tick=ticked)
+                                                          lr=HEAD_LR), pieces, rng, phase="head", tick=ticked,
+                            precision=precision)
         for parameter in encoder_parameters:
             parameter.requires_grad_(True)
-    curve += _mlm_phase(model, loaded, texts, settings, pieces, rng, phase="adapt", tick=ticked)
+    curve += _mlm_phase(model, loaded, texts, settings, pieces, rng, phase="adapt", tick=ticked, precision=precision)
     adapted = copy.deepcopy(loaded.model)
     missing, unexpected = adapted.load_state_dict(model.base_model.state_dict(), strict=False)
     if unexpected or any(not k.startswith("pooler.") for k in missing):
@@ -306,7 +311,7 @@ def pretrain_encoder(loaded: Any, texts: Sequence[AlignedText], settings: Pretra
 
 def _mlm_phase(model: Any, loaded: Any, texts: Sequence[AlignedText], settings: PretrainSettings,
                pieces: FirstPieces, rng: np.random.Generator, *, phase: str,
-               tick: Callable[[], None]) -> list[dict[str, float]]:
+               tick: Callable[[], None], precision: str) -> list[dict[str, float]]:
     """``settings.steps`` MLM steps on ``texts`` for the parameters that require gradients; the loss curve."""
     import torch  # lazy (torch)
 
@@ -360,7 +365,8 @@ def _mlm_phase(model: Any, loaded: Any, texts: Sequence[AlignedText], settings: 
             window_steps = 0
         tick()
 
-    fit(model, loss=loss, batches=lambda: batches, optimizer=optimizer, stop=Epochs(1), after_step=after_step)
+    fit(model, loss=loss, batches=lambda: batches, optimizer=optimizer, stop=Epochs(1), after_step=after_step,
+        autocast=functools.partial(autocast, loaded.device, precision))
     return curve
 
 

@@ -10,12 +10,23 @@ Reading an entry gives the very weights the training wrote, so results do not ch
 
 from __future__ import annotations
 
+import hashlib
 import io
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from rapt_audit.api.files import stable_hash, write_cache_atomic
+from rapt_audit.api.version import __version__
+
+
+def code_digest(*modules: str | Path) -> str:
+    """The package version and a hash of the source files ``modules``: the code that trains a network,
+    in the signature of its cached weights, so that weights are reused only by the code that trained them."""
+    digest = hashlib.sha256(__version__.encode("utf-8"))
+    for module in modules:
+        digest.update(Path(module).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def state_key(signature: Mapping[str, Any]) -> str:
@@ -24,7 +35,8 @@ def state_key(signature: Mapping[str, Any]) -> str:
 
 
 def cached_state(folder: Path, signature: Mapping[str, Any], *, train: Callable[[], tuple[Any, dict[str, Any]]],
-                 restore: Callable[[dict[str, Any]], Any], device: str = "cpu") -> tuple[Any, dict[str, Any], bool]:
+                 restore: Callable[[dict[str, Any]], Any], device: str = "cpu",
+                 state: Callable[[Any], Mapping[str, Any]] | None = None) -> tuple[Any, dict[str, Any], bool]:
     """The trained model for ``signature``: read from ``folder`` when stored, else trained and stored.
 
     Args:
@@ -33,6 +45,8 @@ def cached_state(folder: Path, signature: Mapping[str, Any], *, train: Callable[
         train: Trains the model; returns it and a JSON-able record of the training.
         restore: Builds the model from a stored ``state_dict``.
         device: Where the stored tensors are loaded.
+        state: What of the trained model is stored (default: its whole ``state_dict``; a model whose
+            backbone stays frozen stores only what training changed, and ``restore`` adds the rest).
 
     Returns:
         The model, the training record (the stored one on a hit) and whether it came from the cache.
@@ -48,9 +62,9 @@ def cached_state(folder: Path, signature: Mapping[str, Any], *, train: Callable[
             warnings.warn(f"the cached weights {path} cannot be read ({exc}); training again", stacklevel=2)
     model, record = train()
     buffer = io.BytesIO()
-    torch.save({"state": model.state_dict(), "record": record, "signature": dict(signature)}, buffer)
+    torch.save({"state": dict(state(model) if state is not None else model.state_dict()), "record": record, "signature": dict(signature)}, buffer)
     write_cache_atomic(path, lambda handle: handle.write(buffer.getvalue()))
     return model, record, False
 
 
-__all__ = ["cached_state", "state_key"]
+__all__ = ["cached_state", "code_digest", "state_key"]

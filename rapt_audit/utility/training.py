@@ -7,7 +7,7 @@ utility classifier. What differs between them is passed in, not forked:
 
 * the **loss** of one batch, a function of the batch's indices (it may tally statistics on the side);
 * the **batches** of one epoch, drawn from the caller's seeded generator (:func:`shuffled`,
-  :func:`shuffled_even`, or the caller's own order, e.g. length buckets);
+  :func:`shuffled_even`, or :func:`length_batches` for texts: batches of similar length);
 * the **optimizer** (and, through ``after_step``, a learning-rate schedule);
 * the **stopping rule**: :class:`Epochs` (a fixed number) or :class:`EarlyStopping` (a validation
   score after every epoch, optional patience, the best epoch's state restored).
@@ -22,9 +22,10 @@ helpers that build tensors (the loop itself needs none of it), so importing this
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, ContextManager, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -108,7 +109,8 @@ class TrainOutcome:
 
 def fit(model: Any, *, loss: Callable[[np.ndarray], Any], batches: Batches, optimizer: Any,
         stop: Epochs | EarlyStopping, after_step: Callable[[], Any] | None = None,
-        end_epoch: Callable[[int], Any] | None = None) -> TrainOutcome:
+        end_epoch: Callable[[int], Any] | None = None,
+        autocast: Callable[[], ContextManager[Any]] = contextlib.nullcontext) -> TrainOutcome:
     """Train ``model`` in place: for each epoch, one optimizer step per batch, then the stopping rule.
 
     Args:
@@ -122,6 +124,10 @@ def fit(model: Any, *, loss: Callable[[np.ndarray], Any], batches: Batches, opti
         after_step: Called after every optimizer step (a learning-rate schedule, a progress bar).
         end_epoch: Called with the epoch number (from 1) after its last step; what it returns is
             appended to :attr:`TrainOutcome.history` (per-epoch training statistics).
+        autocast: A fresh context for every forward pass (each ``loss`` call and each validation
+            ``score``): ``functools.partial(rapt_audit.utility.on_device.autocast, device, precision)``
+            runs them in the run's precision; the backward pass and the optimizer step stay outside it,
+            as torch's mixed-precision recipe has it. Default: float32, nothing changes.
 
     Returns:
         The :class:`TrainOutcome`; under :class:`EarlyStopping` the model holds the best epoch's state.
@@ -132,7 +138,8 @@ def fit(model: Any, *, loss: Callable[[np.ndarray], Any], batches: Batches, opti
     if early is not None and early.untrained:
         if early.untrained_score is None:
             model.eval()
-            outcome.best_score = early.score(model)
+            with autocast():
+                outcome.best_score = early.score(model)
         else:
             outcome.best_score = early.untrained_score
         outcome.scores.append(outcome.best_score)
@@ -141,7 +148,8 @@ def fit(model: Any, *, loss: Callable[[np.ndarray], Any], batches: Batches, opti
     for epoch in range(1, stop.epochs + 1):
         model.train()
         for indices in batches():
-            value = loss(indices)
+            with autocast():
+                value = loss(indices)
             if value is None:
                 continue
             optimizer.zero_grad(set_to_none=True)
@@ -156,7 +164,8 @@ def fit(model: Any, *, loss: Callable[[np.ndarray], Any], batches: Batches, opti
             outcome.best_epoch = epoch
             continue
         model.eval()
-        score = early.score(model)
+        with autocast():
+            score = early.score(model)
         outcome.scores.append(score)
         if early.better(score, outcome.best_score):
             outcome.best_score, outcome.best_epoch, since = score, epoch, 0
@@ -188,6 +197,26 @@ def shuffled(n: int, size: int, *, rng: np.random.Generator) -> Batches:
 def shuffled_even(n: int, size: int, *, rng: np.random.Generator) -> Batches:
     """Each epoch, a fresh permutation of ``range(n)`` split into ``ceil(n / size)`` batches of near-equal size."""
     return lambda: np.array_split(rng.permutation(n), max(1, math.ceil(n / size)))
+
+
+def length_batches(lengths: Sequence[int] | np.ndarray, size: int, *, rng: np.random.Generator) -> Batches:
+    """Each epoch, batches of texts of similar length in a fresh random order (issue #29: less padding).
+
+    A batch is cut to its own longest row (:func:`padded_rows`), so a random batch of short texts pays
+    for the one long text in it. Here the texts are sorted by length plus a uniform jitter of up to 4
+    tokens (so equal lengths mix differently each epoch), cut into consecutive batches of ``size``,
+    and the batches are shuffled. On SST-2 at the ``cpu`` profile this cuts the positions a prompt-tuning
+    epoch computes roughly in half; which texts share a batch is no longer uniform, a known and small
+    effect on SGD (the order of batches stays random).
+    """
+    lengths = np.asarray(lengths, dtype=float)
+
+    def epoch() -> list[np.ndarray]:
+        order = np.argsort(lengths + rng.uniform(0, 4, size=len(lengths)), kind="stable")
+        batches = [order[i:i + size] for i in range(0, len(order), size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    return epoch
 
 
 def padded_rows(tensors: Mapping[str, Any], lengths: np.ndarray, idx: np.ndarray,
@@ -264,4 +293,4 @@ def adam(parameters: Iterable[Any], *, lr: float, weight_decay: float = 0.0, fus
 
 
 __all__ = ["Batches", "DeviceSum", "Diverged", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit",
-           "padded_rows", "shuffled", "shuffled_even", "supervised_loss"]
+           "length_batches", "padded_rows", "shuffled", "shuffled_even", "supervised_loss"]

@@ -89,3 +89,20 @@ def test_memory_is_flat_on_a_100k_word_input(bctx):
     # would add over 130 MB.
     assert peaks[100_000] - peaks[10_000] < 40e6, peaks
     print(f"peak traced memory: 10k words {peaks[10_000] / 1e6:.1f} MB, 100k words {peaks[100_000] / 1e6:.1f} MB")
+
+
+@pytest.mark.parametrize("n", [10_000, 100_000])
+def test_verbatim_matching_on_hostile_records(benchmark, n):
+    """Sensitive-string matching on a record of n e-mails and phone numbers and an n-character word, at
+    two sizes: linear matching keeps the seconds per character flat (quadratic matching took minutes at
+    100,000). Correctness and the counted work are in tests/test_verbatim.py."""
+    from rapt_audit.mechanisms.verbatim import sensitive_strings
+
+    many = " ".join(f"n{i} {i * 7} x.y{i}@mail.org" for i in range(n))
+    originals, released = ["x" * (3 * n), "ab" + "12x" * n, many], ["x" * (3 * n), "", many]
+    counts = benchmark.pedantic(sensitive_strings, args=(originals, released), rounds=1, iterations=1)
+    assert counts["email"]["verbatim"] == n
+    if benchmark.stats:
+        characters = sum(map(len, originals)) + sum(map(len, released))
+        benchmark.extra_info["characters"] = characters
+        benchmark.extra_info["us_per_character"] = 1e6 * benchmark.stats.stats.mean / characters

@@ -1,0 +1,153 @@
+"""Sweeps side by side on this machine (``--jobs N``, issue #29): threads per worker, same numbers, failures.
+
+The cell hooks below run in the pool's worker processes, which import them by name from this module
+(``tests`` is importable there: a spawned worker gets this process's ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from rapt_audit.api.errors import DataError
+from rapt_audit.api.locks import LOCK_FILE
+from rapt_audit.cli import main
+from rapt_audit.encoder.threads import available_cores, cell_threads
+from rapt_audit.pipeline import runner, sweep
+from rapt_audit.pipeline.local_executor import LocalExecutor
+from tests.sweep_files import TINY, docs, interrupt_after_first_cell, numbers, seed_cells, statuses
+
+SMOKE = ["--attacks", "random_guess", "--profile", "smoke", "--dataset", "synthetic", "--quiet", *TINY]
+IDENTITY = ["run", "--defense", "identity", *SMOKE]
+
+
+# ---------------------------------------------------------------- cell hooks (run in the pool's workers)
+
+
+def _compute_seeing_threads(config):
+    """The real run, with the thread counts its worker computed with recorded in env (free-form)."""
+    import threadpoolctl
+    import torch
+
+    result = runner.compute(config)
+    result.env["seen"] = {"torch": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
+                          "pools": sorted({p["num_threads"] for p in threadpoolctl.threadpool_info()})}
+    return result
+
+
+def _fail_seed_one(config, **kw):
+    if config.seed == 1:
+        raise DataError("seed=1 cannot be read (test failure)")
+    return runner.compute(config, **kw)
+
+
+def _slow_unless_seed_zero(config):
+    """Cells other than seed=0 outlast the test, and say so in a marker file if they are not stopped."""
+    if config.seed != 0:
+        time.sleep(30)
+        (Path(config.out).parent / f"finished-seed={config.seed}").touch()
+    return runner.compute(config)
+
+
+def _die_once(config):
+    """Cell seed=1's first attempt kills its own worker (SIGKILL, as the OOM killer would)."""
+    marker = Path(config.out).parent / f"killed-seed={config.seed}"
+    if config.seed == 1 and not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return runner.compute(config)
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_each_worker_computes_with_its_share_of_the_cores(tmp_path, monkeypatch):
+    """2 cores shared by 2 workers: 1 thread each (torch alone would take 2), torch and the native pools alike.
+
+    A share above this machine's cores would not show: torch caps the count it reads from
+    ``OMP_NUM_THREADS`` at the cores (shares never exceed them).
+    """
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    out = tmp_path / "sw"
+    cells, axes = seed_cells(out, "0,1")
+    executor = LocalExecutor(jobs=2, cores=2, compute=_compute_seeing_threads)
+    results = sweep.run_sweep(cells, out=out, axes=axes, executor=executor)
+    assert [c.name for c, _ in results] == ["seed=0", "seed=1"]
+    for doc in docs(out).values():
+        assert doc["env"]["seen"] == {"torch": 1, "omp": "1", "pools": [1]}
+        assert doc["env"]["threads"] == 1
+
+
+def test_jobs_2_gives_the_numbers_of_jobs_1(tmp_path, capsys):
+    """A t2t grid of two η: the same utility and attack numbers, cells and index, whether side by side or not.
+
+    Without the release cache, so the workers privatize and score rather than read the first command's
+    releases back (the embedding table, the same for every run, is still shared).
+    """
+    t2t = ["run", "--defense", "t2t", *SMOKE, "--no-release-cache", "--sweep", "eta=50,150"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main([*t2t, "--out", str(one)]) == 0
+    assert main([*t2t, "--jobs", "2", "--out", str(two)]) == 0
+    a, b = docs(one), docs(two)
+    assert sorted(b) == ["eta=150", "eta=50"]
+    assert {k: numbers(v) for k, v in a.items()} == {k: numbers(v) for k, v in b.items()}
+    share = cell_threads(available_cores(), 2)  # what each of the two workers computed with
+    assert [doc["env"]["threads"] for doc in b.values()] == [share, share]
+    index = [json.loads((d / "sweep.json").read_text())["cells"] for d in (one, two)]
+    assert index[0] == index[1]
+    assert not list(two.rglob(LOCK_FILE))
+    assert "eta=50" in capsys.readouterr().out
+
+
+def test_a_failing_cell_is_marked_failed_and_the_others_finish(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "sw"
+    monkeypatch.setattr(runner, "compute", _fail_seed_one)  # looked up by the driver, imported by name by workers
+    assert main([*IDENTITY, "--sweep", "seed=0,1,2", "--jobs", "2", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert f"1 of 3 cells failed; 2 finished cells are kept in {out}" in captured.err
+    assert "seed=1: DataError: seed=1 cannot be read (test failure)" in captured.err
+    assert "seed=0" in captured.out and "seed=2" in captured.out  # the finished cells' table
+    assert sorted(docs(out)) == ["seed=0", "seed=2"] and not (out / "seed=1").exists()
+    assert statuses(out) == ["complete", "failed", "complete"]
+    assert "DataError" in json.loads((out / "sweep.json").read_text())["cells"][1]["error"]
+
+
+def test_a_killed_worker_is_run_again_in_a_fresh_pool(tmp_path):
+    out = tmp_path / "sw"
+    cells, axes = seed_cells(out, "0,1")
+    lines: list[str] = []
+    results = sweep.run_sweep(cells, out=out, axes=axes, log=lines.append,
+                              executor=LocalExecutor(jobs=2, compute=_die_once))
+    assert (out / "killed-seed=1").exists()  # the first attempt did die
+    assert [c.name for c, _ in results] == ["seed=0", "seed=1"] and statuses(out) == ["complete"] * 2
+    assert any("seed=1: a worker process died" in line and "running it again" in line for line in lines), lines
+
+
+def test_ctrl_c_stops_the_workers_and_keeps_the_finished_cells(tmp_path):
+    """The running cell's worker is stopped, not waited for (it would write its marker after 30 s)."""
+    out = tmp_path / "sw"
+    cells, axes = seed_cells(out)
+
+    with pytest.raises(KeyboardInterrupt) as stop:
+        sweep.run_sweep(cells, out=out, axes=axes, log=interrupt_after_first_cell,
+                        executor=LocalExecutor(jobs=2, compute=_slow_unless_seed_zero))
+    assert str(stop.value) == f"1 of 3 finished cells kept in {out}; rerun the same command to resume"
+    assert sorted(docs(out)) == ["seed=0"] and not list(out.rglob(LOCK_FILE))
+    assert sorted(p.name for p in out.iterdir()) == ["seed=0", "sweep.json"]  # no empty folder, no marker
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--jobs", "0", "--sweep", "seed=0"], "--jobs must be a whole number >= 1"),
+    (["--jobs", "2"], "--jobs runs the cells of a sweep side by side"),
+    (["--jobs", "2", "--sweep", "seed=0", "--executor", "ray"], "--jobs applies to sweeps on this machine"),
+    (["--jobs", "2", "--sweep", "seed=0", "--time-budget", "60"], "drop --executor ray / --jobs"),
+])
+def test_jobs_out_of_place_are_usage_errors(extra, message, tmp_path, capsys):
+    assert main([*IDENTITY, *extra, "--out", str(tmp_path / "x")]) == 2
+    assert message in capsys.readouterr().err
+    assert not list((tmp_path / "x").glob("*/result.json"))
