@@ -33,7 +33,7 @@ def _services(result) -> dict[str, int]:
 
 def test_a_run_again_reads_the_service_back_with_identical_numbers(cache):
     first, again = _run(), _run()
-    assert [_services(r) for r in (first, again)] == [{"hits": 0, "misses": 1}, {"hits": 1, "misses": 0}]
+    assert [_services(r) for r in (first, again)] == [{"hit": 0, "miss": 1}, {"hit": 1, "miss": 0}]
     assert first.utility == again.utility  # the very weights: every estimate and interval equal
     entries = list(cache.glob("*.pt"))
     assert len(entries) == 1 and entries[0].stat().st_size < 1_000_000  # prompt and head, not the encoder
@@ -41,8 +41,8 @@ def test_a_run_again_reads_the_service_back_with_identical_numbers(cache):
 
 def test_other_precision_or_other_texts_train_again(cache):
     _run()
-    assert _services(_run(precision="bf16")) == {"hits": 0, "misses": 1}
-    assert _services(_run(eta=60)) == {"hits": 0, "misses": 1}
+    assert _services(_run(precision="bf16")) == {"hit": 0, "miss": 1}
+    assert _services(_run(eta=60)) == {"hit": 0, "miss": 1}
     assert len(list(cache.glob("*.pt"))) == 3
 
 
@@ -52,5 +52,5 @@ def test_a_damaged_entry_is_trained_again_with_a_warning(cache):
         entry.write_bytes(b"not a torch file")
     with pytest.warns(UserWarning, match="cannot be read"):
         again = _run()
-    assert _services(again) == {"hits": 0, "misses": 1}
+    assert _services(again) == {"hit": 0, "miss": 1}
     assert first.utility == again.utility

@@ -28,7 +28,7 @@ BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 def check_precision_choice(value: str) -> str:
     """Return ``value`` if it is ``auto``, ``fp32`` or ``bf16``; else raise ValueError listing them."""
     if value not in PRECISION_CHOICES:
-        raise ValueError(f"precision {value!r} is not one of {', '.join(PRECISION_CHOICES)}")
+        raise ValueError(f"precision={value!r} is not one of {', '.join(PRECISION_CHOICES)}")
     return value
 
 

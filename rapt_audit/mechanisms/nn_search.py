@@ -50,6 +50,7 @@ _SCORE_CHUNK = 1 << 20  # scores per screening product (2 MB in bfloat16): reduc
 # On a GPU, per-launch overheads dominate small products: large query blocks, each screened in one
 # product (a 30k table × 4,096 queries is 250 MB of bfloat16 scores).
 _BLOCK = {"cpu": 256, "cuda": 4096}
+QUERY_MULTIPLE = 32  # a CPU block is screened padded to a multiple of this many queries (see _padded)
 _CUDA_SCORE_CHUNK = 1 << 30
 _PAD_BIAS = -1.0e30  # bias of padding rows: never a candidate, finite (no inf - inf = NaN)
 _SCREENS = {"bfloat16": 2.0**-8, "float32": 2.0**-24}  # unit roundoff of each screen dtype
@@ -187,6 +188,20 @@ class NearestNeighbourIndex:
         q32 = torch.tensor(block, dtype=torch.float32, device=self.device)
         return q32, None if block.dtype == np.float32 else torch.tensor(block, dtype=torch.float64, device=self.device)
 
+    def _padded(self, q32: torch.Tensor, q64: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """On a CPU, the block with zero queries added up to a multiple of :data:`QUERY_MULTIPLE` rows: oneDNN
+        keeps a kernel for every product shape it meets (about 0.6 MB each, up to 1,024), and blocks of every
+        width made a 120,000-record privatization grow by 2.5 GB. Each query is screened and certified on its
+        own, so the added rows change no answer; the caller drops theirs."""
+        n = q32.shape[0]
+        if q32.device.type != "cpu" or n % QUERY_MULTIPLE == 0:
+            return q32, q64
+        import torch  # lazy (torch)
+
+        extra = QUERY_MULTIPLE - n % QUERY_MULTIPLE
+        return (torch.cat([q32, q32.new_zeros((extra, q32.shape[1]))]),
+                None if q64 is None else torch.cat([q64, q64.new_zeros((extra, q64.shape[1]))]))
+
     def _run(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows ``(n, k)`` of the k nearest per query, and the validated queries.
 
@@ -221,9 +236,9 @@ class NearestNeighbourIndex:
                     if tier is None:
                         rows[idx] = self._brute_force(q64 if q64 is not None else q32.double(), k).cpu().numpy()
                         continue
-                    r, ok = self._screened(q32, q64, k, tier)
-                    rows[idx] = r.cpu().numpy()
-                    left.append(idx[~ok.cpu().numpy()])
+                    r, ok = self._screened(*self._padded(q32, q64), k, tier)
+                    rows[idx] = r[:idx.size].cpu().numpy()
+                    left.append(idx[~ok[:idx.size].cpu().numpy()])
                 pending = np.concatenate(left)
         return rows, q_all
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -53,8 +52,6 @@ DEFAULT_CHUNK = 4096
 #: pronouns and prepositions are fewer). A stream bringing new names and numbers on every line must not
 #: grow memory with its length: a bound of 500,000 words let it reach 0.8 GB.
 VECTOR_CACHE_BYTES = 32 << 20
-#: Queries are searched in multiples of this many (zero rows added; see :func:`search_padded`).
-QUERY_MULTIPLE = 32
 #: A lone surrogate: a Python ``str`` can hold one (from a ``\ud800`` escape in JSON, or ``surrogateescape``
 #: decoding), but it is no Unicode character, and spaCy and the Rust tokenizer both fail on it.
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -89,22 +86,6 @@ def check_unk_policy(policy: str) -> str:
     return policy
 
 
-def search_padded(index: NearestNeighbourIndex, queries: np.ndarray) -> np.ndarray:
-    """``index.search(queries)``, searched with zero rows added up to a multiple of :data:`QUERY_MULTIPLE` queries.
-
-    Torch's CPU bfloat16 matmul (oneDNN) compiles kernels for every shape it meets and keeps them (0.6 MB
-    a shape, 1,024 shapes): batches of varying length gave searches of every width, and a 120,000-record
-    privatization grew by 2.5 GB. Padded, the index meets a few widths. Each query's nearest row is exact,
-    so the padding changes no answer. Before torch is imported, numpy answers (the index's cold start).
-    """
-    n = queries.shape[0]
-    if "torch" not in sys.modules or n % QUERY_MULTIPLE == 0:
-        return index.search(queries)
-    padded = np.zeros((-(-n // QUERY_MULTIPLE) * QUERY_MULTIPLE,) + queries.shape[1:], dtype=queries.dtype)
-    padded[:n] = queries
-    return index.search(padded)[:n]
-
-
 def decode_noisy(vectors: Callable[[int, int], np.ndarray], n: int, *, eta: float, rng: np.random.Generator,
                  index: NearestNeighbourIndex, chunk: int = DEFAULT_CHUNK) -> np.ndarray:
     """Rows of the nearest candidates to ``vectors(start, stop) + noise``, chunk by chunk.
@@ -127,7 +108,7 @@ def decode_noisy(vectors: Callable[[int, int], np.ndarray], n: int, *, eta: floa
         if not np.isfinite(noisy).all():
             raise ValueError(f"privatized vectors are not finite at eta={eta!r}; refusing to decode them "
                              "(a nearest-neighbour search over inf/NaN silently returns row 0)")
-        rows[start:stop] = search_padded(index, noisy)
+        rows[start:stop] = index.search(noisy)
     return rows
 
 
@@ -157,7 +138,7 @@ class TokenEngine:
             irregular = rows < 0
             if irregular.any():  # even without noise, a non-regular unit decodes to a regular token
                 rows = rows.copy()
-                rows[irregular] = search_padded(self.index, self.space.all_vectors[ids[irregular]])
+                rows[irregular] = self.index.search(self.space.all_vectors[ids[irregular]])
             return rows
         return decode_noisy(lambda a, b: self.space.all_vectors[ids[a:b]], len(ids), eta=eta, rng=rng,
                             index=self.index, chunk=self.chunk)

@@ -253,12 +253,16 @@ class CachedDefense:
 
     Attributes:
         defense: The wrapped, fitted defense.
+        compute: How a release missing from the store is made (default: the defense's ``release``; the
+            runner passes one that checks the defense's contract, :func:`~rapt_audit.pipeline.contracts.checked_release`).
         counts: How many releases came from the cache (``hit``) and how many were computed (``miss``).
         last: ``hit``, ``miss`` or ``off`` (no store) for the most recent release.
     """
 
-    def __init__(self, defense: Any, *, store: ReleaseStore | None, state: str | None) -> None:
+    def __init__(self, defense: Any, *, store: ReleaseStore | None, state: str | None,
+                 compute: Callable[[Sequence[Record], RunContext], Release] | None = None) -> None:
         self.defense = defense
+        self.compute = compute or (lambda records, ctx: defense.release(records, ctx=ctx))
         self.store = store
         self.state = state
         self.counts: Counter[str] = Counter()
@@ -273,13 +277,13 @@ class CachedDefense:
     def release(self, records: Sequence[Record], *, ctx: RunContext) -> Release:
         """The cached release of ``records``, or the defense's (then stored)."""
         if self.store is None or self.state is None:
-            return self.defense.release(records, ctx=ctx)
+            return self.compute(records, ctx)
         key = release_key(self.state, records)
         release = self.store.load(key, uids=[r.uid for r in records])
         self.last = "hit" if release is not None else "miss"
         self.counts[self.last] += 1
         if release is None:
-            release = self.defense.release(records, ctx=ctx)
+            release = self.compute(records, ctx)
             self.store.save(key, release)
         return release
 
@@ -289,7 +293,8 @@ class CachedDefense:
 
 
 def cached_defense(defense: Any, *, ctx: RunContext, enabled: bool, fit_records: Sequence[Record],
-                   utility_records: Sequence[Record] | None, model_fingerprint: str) -> CachedDefense:
+                   utility_records: Sequence[Record] | None, model_fingerprint: str,
+                   compute: Callable[[Sequence[Record], RunContext], Release] | None = None) -> CachedDefense:
     """Wrap a fitted defense so that its releases are cached under ``ctx.cache_dir / "releases"``.
 
     Args:
@@ -299,12 +304,13 @@ def cached_defense(defense: Any, *, ctx: RunContext, enabled: bool, fit_records:
         fit_records: The records ``fit`` saw.
         utility_records: The records ``utility`` saw, or None.
         model_fingerprint: The weights fingerprint of ``ctx.model``.
+        compute: How a release the store lacks is made (see :class:`CachedDefense`).
     """
     if not enabled:
-        return CachedDefense(defense, store=None, state=None)
+        return CachedDefense(defense, store=None, state=None, compute=compute)
     state = fitted_state(defense, ctx=ctx, fit_records=fit_records, utility_records=utility_records,
                          model_fingerprint=model_fingerprint)
-    return CachedDefense(defense, store=ReleaseStore(Path(ctx.cache_dir) / "releases"), state=state)
+    return CachedDefense(defense, store=ReleaseStore(Path(ctx.cache_dir) / "releases"), state=state, compute=compute)
 
 
 __all__ = ["CACHE_FORMAT", "CachedDefense", "ReleaseStore", "cached_defense", "decode_release", "encode_release",

@@ -34,7 +34,7 @@ from rapt_audit.api.params import coerce, to_jsonable
 from rapt_audit.api.registry import closest, unknown_name_message
 from rapt_audit.data import COLUMN_KEYS, is_file_dataset
 from rapt_audit.data.columns import normalize_columns
-from rapt_audit.encoder.precision import PRECISION_CHOICES
+from rapt_audit.encoder.precision import check_precision_choice
 from rapt_audit.pipeline.context import PROFILES
 
 #: Split sizes per profile (upper bounds; scaled down for small datasets, see ``profile_split_sizes``).
@@ -98,9 +98,10 @@ class RunConfig:
             raise UnknownNameError(unknown_name_message("profile", self.profile, list(PROFILES)))
         if self.device not in {"auto", "cpu", "cuda"}:
             raise UsageError(f"device={self.device!r} is not one of auto, cpu, cuda")
-        if self.precision not in PRECISION_CHOICES:
-            raise UsageError(f"precision={self.precision!r} is not one of {', '.join(PRECISION_CHOICES)} (auto: "
-                             "bfloat16 where the CPU or GPU computes it natively, else float32)")
+        try:
+            check_precision_choice(self.precision)
+        except ValueError as exc:
+            raise UsageError(f"{exc} (auto: bfloat16 where the CPU or GPU computes it natively, else float32)") from None
         for key in self.data_args:
             if key not in SPLIT_KEYS and key not in COLUMN_KEYS:
                 raise UnknownNameError(_unknown_data_key(key))

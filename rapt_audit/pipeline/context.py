@@ -87,9 +87,9 @@ class RunContext:
     _tallies: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 
     def tally(self, kind: str, event: str) -> None:
-        """Count one ``event`` (``hits``, ``misses``) of the on-disk cache ``kind`` (``services``...);
-        the run records the counts in ``env.release_cache``."""
-        counts = self._tallies.setdefault(kind, {"hits": 0, "misses": 0})
+        """Count one ``event`` (``hit``, ``miss``: the release cache's words) of the on-disk cache ``kind``
+        (``services``...); the run records the counts in ``env.release_cache``."""
+        counts = self._tallies.setdefault(kind, {"hit": 0, "miss": 0})
         counts[event] = counts.get(event, 0) + 1
 
     def tallies(self) -> dict[str, dict[str, int]]:

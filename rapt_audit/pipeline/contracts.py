@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rapt_audit.api.errors import PluginError, RaptAuditError
 from rapt_audit.api.types import AttackFailure, AttackResult, Estimate, Record, Release
@@ -99,26 +99,18 @@ def check_release(name: str, exposes: frozenset[str], release: Any, records: Seq
     return release
 
 
-class CheckedReleases:
-    """A defense whose every ``release()`` is checked (:func:`check_release`) before anything reads it.
-
-    The runner puts it between the release cache and the defense, so a wrong release is named as the
-    defense's broken contract, not as an error inside the cache, for the victim's release and for the
-    releases attacks ask for on their own records alike. Everything else goes to the defense.
+def checked_release(name: str, defense: Any) -> Callable[[Sequence[Record], Any], Release]:
+    """How the release cache makes a release it lacks: the defense's ``release``, an exception of it named
+    as the defense's (:func:`defense_call`), the result checked (:func:`check_release`) before the cache
+    stores it or anything reads it — for the victim's release and for the releases attacks ask for alike.
+    An error of the cache itself (reading or writing the store) is not the defense's and is not renamed.
     """
+    def compute(records: Sequence[Record], ctx: Any) -> Release:
+        with defense_call(name, "release", defense):
+            release = defense.release(records, ctx=ctx)
+        return check_release(name, frozenset(defense.exposes), release, records)
 
-    def __init__(self, name: str, defense: Any) -> None:
-        self._name, self._defense = name, defense
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__") or attr in ("_name", "_defense"):
-            raise AttributeError(attr)
-        return getattr(self._defense, attr)
-
-    def release(self, records: Sequence[Record], *, ctx: Any) -> Release:
-        """The defense's release of ``records``, checked."""
-        return check_release(self._name, frozenset(self._defense.exposes), self._defense.release(records, ctx=ctx),
-                             records)
+    return compute
 
 
 def check_utility(name: str, utility: Any) -> dict[str, Estimate]:
@@ -178,5 +170,5 @@ def _check_measure(kind: str, name: str, method: str, metric: str, est: Any, *,
         raise PluginError(f"{kind} {name!r} broke its contract in {method}(): {problem}")
 
 
-__all__ = ["CheckedReleases", "attack_failure", "check_attack_result", "check_release", "check_utility",
+__all__ = ["attack_failure", "check_attack_result", "check_release", "check_utility", "checked_release",
            "defense_call", "failure_message", "where_raised"]

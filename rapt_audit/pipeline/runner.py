@@ -44,10 +44,10 @@ from rapt_audit.mechanisms import analysis_pack
 from rapt_audit.pipeline.cache import cached_defense
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
 from rapt_audit.pipeline.contracts import (
-    CheckedReleases,
     attack_failure,
     check_attack_result,
     check_utility,
+    checked_release,
     defense_call,
 )
 from rapt_audit.pipeline.context import RunContext, default_cache_dir, derive_seed
@@ -276,10 +276,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     # Built after fit and utility: the key holds what they depended on (calibrated η, customization).
     cached = cached_defense(defense, ctx=ctx, enabled=config.release_cache, fit_records=splits.victim_train,
                             utility_records=splits.victim_test if dataset.has_labels else None,
-                            model_fingerprint=fingerprint)
-    cached.defense = CheckedReleases(config.defense, defense)  # each release checked before the cache stores it
-    with defense_call(config.defense, "release", defense):
-        release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
+                            model_fingerprint=fingerprint, compute=checked_release(config.defense, defense))
+    release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
     victim_release = cached.last
     bar.update(1)
     outcomes: dict[str, Outcome] = {}

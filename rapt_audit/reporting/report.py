@@ -34,7 +34,7 @@ from rapt_audit.reporting.figures import Figure, deniability_figure, group_figur
 from rapt_audit.reporting.sections import pretraining_note, provenance_html, selection_note, warnings_html
 from rapt_audit.reporting.style import CSP, STYLE
 from rapt_audit.reporting.summary import Group, group_results, safe_id
-from rapt_audit.scoring.metrics import METRICS
+from rapt_audit.scoring.metrics import METRICS, declared
 
 e = html.escape
 
@@ -59,12 +59,9 @@ def _registries() -> tuple[Any, Any]:
 
 def arrow(metric: str) -> str:
     """``↑`` when higher is better for the defender, ``↓`` when lower is, ``''`` for unknown metrics."""
-    metrics, _ = _registries()
-    base = metric.split(".", 1)[0]  # per-attribute variants: attribute_accuracy.gender
-    name = metric if metric in metrics else base if base in metrics else None
-    if name is None:
-        return ""
-    return "↑" if metrics.get(name).higher_is_better else "↓"
+    _registries()  # plugins' metrics declared
+    found = declared(metric)  # per-attribute variants: attribute_accuracy.gender
+    return "" if found is None else "↑" if found.higher_is_better else "↓"
 
 
 def _est_cell(est: Any) -> str:

@@ -74,11 +74,14 @@ def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method
                 bar.reset(total=total)
             bar.update(step - bar.n)
 
+    fresh: list[TrainedClassifier] = []  # the model trained here, when the store did not hold it
+
     def train() -> tuple[Any, dict[str, Any]]:
         trained, choice = select_and_train(
             loaded, list(train_texts), y_train, settings, grid=grid, pinned=pinned, n_labels=n_labels,
             seed=ctx.seed_for("customize", key), split_rng=ctx.rng("validation-split", key), plain=plain,
             reconstruction=reconstruction, progress=advance)
+        fresh.append(trained)
         return trained.model, {"settings": trained.settings.to_dict(), "history": trained.history,
                                "best_epoch": trained.best_epoch, "train_examples": len(train_texts),
                                "train_seconds": round(time.perf_counter() - started, 2),
@@ -105,10 +108,10 @@ def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method
     finally:
         if bar is not None:
             bar.close()
-    chosen = TrainSettings(**record["settings"])
-    trained = TrainedClassifier(model, loaded.tokenizer, chosen, len(plain.words) if plain else 0, loaded.device,
-                                record["history"], record["best_epoch"])
-    ctx.tally("services", "hits" if cached else "misses")
+    ctx.tally("services", "hit" if cached else "miss")
+    trained = fresh[0] if fresh else TrainedClassifier(
+        model, loaded.tokenizer, TrainSettings(**record["settings"]), len(plain.words) if plain else 0,
+        loaded.device, record["history"], record["best_epoch"])
     return trained, record
 
 
