@@ -16,13 +16,18 @@ from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_s
 from rapt_audit.encoder.encode import input_table, token_id_lists
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.pipeline.context import RunContext
-from rapt_audit.scoring.classification import accuracy_estimate, macro_f1_estimate
+from rapt_audit.scoring.classification import accuracy_estimate, chance_scores, macro_f1_estimate
 from rapt_audit.scoring.metrics import metric
-from rapt_audit.scoring.stats import bootstrap_mean
 from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.training import EarlyStopping, fit, shuffled, supervised_loss
 
 metric("attribute_macro_f1", "attack", False, "macro-F1 of the attacker's private-attribute guesses")
+metric("attribute_advantage", "attack", False, "attribute accuracy minus the majority guess's accuracy on the same "
+       "victim records (paired), in [-1, 1]", bounded=False)
+metric("attribute_privacy", "privacy", True, "chance-normalised privacy 1 - max(0, (accuracy - majority) / "
+       "(1 - majority)): 1 at or below the majority guess (no leak), 0 for an attacker always right")
+metric("paper_privacy", "privacy", True, "RAPT's empirical privacy, 1 - attack accuracy (chance is not 1: "
+       "1 - the majority guess's accuracy)")
 
 
 def release_features(release: Release, *, ctx: RunContext) -> tuple[np.ndarray, str]:
@@ -68,9 +73,18 @@ class AttributeInferenceAttack(CheckedParams):
     own validation records (never the victim's test split), and predicts the victim's attribute
     from the victim's release. Features are standardised with attacker-train statistics.
 
-    Metrics: ``attribute_accuracy.<attr>`` (headline; empirical privacy = 1 - accuracy),
-    ``attribute_macro_f1.<attr>`` and ``majority_baseline.<attr>`` (always guessing the
-    attacker-train majority value), each with a 95 % bootstrap interval over victim records.
+    Metrics, each with a 95 % bootstrap interval over victim records: ``attribute_accuracy.<attr>``,
+    ``attribute_macro_f1.<attr>``, ``majority_baseline.<attr>`` (always guessing the attacker-train
+    majority value), ``attribute_advantage.<attr>`` (accuracy − majority baseline, paired over the same
+    records), ``attribute_privacy.<attr>`` (the headline) and ``paper_privacy.<attr>`` (1 − accuracy).
+
+    The headline departs from RAPT's ``1 − accuracy`` on purpose: it is chance-normalised,
+    ``1 − max(0, (accuracy − majority) / (1 − majority))``
+    (:func:`~rapt_audit.scoring.classification.chance_scores`).
+    Under ``1 − accuracy`` chance is ``1 − majority`` — about 0.5 for gender, 0.85 for six age bins — so
+    the two attributes cannot be read on one scale, and an attacker below the majority guess reads as
+    more privacy than no information at all. Here chance (or worse) is 1 and a perfect attacker 0 for
+    every attribute; ``paper_privacy`` keeps the paper's column for comparison with it.
     """
 
     name: ClassVar[str] = "attribute"
@@ -174,17 +188,20 @@ class AttributeInferenceAttack(CheckedParams):
         accuracy = accuracy_estimate(predicted, truth_y, rng=rng)
         counts = Counter(r.attributes[self.attribute] for r in self._with_attribute(self._aux.train))
         majority = max(sorted(counts), key=lambda c: counts[c])  # ties → alphabetically first value
-        baseline = bootstrap_mean(np.array([r.attributes[self.attribute] == majority for r in scored], float), rng=rng)
+        guessed = np.full_like(truth_y, self._classes.index(majority))
+        baseline = accuracy_estimate(guessed, truth_y, rng=rng)
         attr = self.attribute
-        # Bootstrap draws in a fixed order: accuracy, the baseline, then macro-F1.
-        metrics = {f"attribute_accuracy.{attr}": accuracy,
-                   f"attribute_macro_f1.{attr}": macro_f1_estimate(predicted, truth_y, rng=rng,
-                                                                    n_classes=len(self._classes)),
-                   f"majority_baseline.{attr}": baseline}
+        # Bootstrap draws in a fixed order: accuracy, the baseline, macro-F1, then advantage and privacy.
+        macro_f1 = macro_f1_estimate(predicted, truth_y, rng=rng, n_classes=len(self._classes))
+        advantage, privacy = chance_scores(predicted, guessed, truth_y, rng=rng)
+        # The headline first: it is the privacy measure that equals it (scoring.metrics.headline_metric).
+        metrics = {f"attribute_privacy.{attr}": privacy, f"paper_privacy.{attr}": accuracy.complement(),
+                   f"attribute_accuracy.{attr}": accuracy, f"attribute_macro_f1.{attr}": macro_f1,
+                   f"majority_baseline.{attr}": baseline, f"attribute_advantage.{attr}": advantage}
         details = {**self._fit_details, "attribute": attr, "majority_value": majority, "victim_scored": len(scored),
                    "victim_class_counts": dict(Counter(r.attributes[attr] for r in scored)),
                    "predicted_class_counts": dict(Counter(self._classes[p] for p in predicted))}
-        return AttackResult(accuracy.complement(), metrics, details)
+        return AttackResult(privacy, metrics, details)
 
 
 @ATTACKS.register("attribute_gender", tags=("inference", "attribute"))

@@ -1,10 +1,10 @@
 """The service's customization, shared by every defense whose utility customizes the public encoder.
 
-The text defenses (T2T, PCT2T, RAPT) and ``identity`` (the no-privacy ceiling of each method) take
-the same parameters and train the same way: :class:`Customized` holds them, checks them once, and
-runs the two steps in the order that keeps the test split unread until the model is final —
-:func:`~rapt_audit.utility.customized.customize_service` (learning rate and epoch chosen on a
-validation split of the training texts), then
+The text defenses (T2T, PCT2T, RAPT), ``identity`` (the no-privacy ceiling of each method) and the
+token-embedding defense ``embedding`` take the same parameters and train the same way:
+:class:`Customized` holds them, checks them once, and runs the two steps in the order that keeps the
+test split unread until the model is final — :func:`~rapt_audit.utility.customized.customize_service`
+(learning rate and epoch chosen on a validation split of the training texts), then
 :func:`~rapt_audit.utility.customized.score_customized` on the test texts.
 """
 
@@ -23,6 +23,7 @@ from rapt_audit.utility.customize import PlainTokens, check_method, check_positi
 from rapt_audit.utility.customized import customize_service, score_customized
 from rapt_audit.utility.on_device import Precision
 from rapt_audit.utility.selection import check_lr_grid, resolve_grid
+from rapt_audit.utility.token_vectors import TokenVectors
 
 
 def check_text_method(method: str) -> str:
@@ -81,14 +82,15 @@ class Customized(CheckedParams):
         check_positions(settings, len(plain.words) if plain else 0,
                         int(ctx.encoder().model.config.max_position_embeddings))
 
-    def customized_scores(self, train_texts: Sequence[str], y_train: np.ndarray,
-                          test: Callable[[], tuple[Sequence[str], np.ndarray]], *, ctx: RunContext, key: str,
-                          loaded: Any = None, **options: Any) -> Mapping[str, Estimate]:
+    def customized_scores(self, train_texts: Sequence[str] | TokenVectors, y_train: np.ndarray,
+                          test: Callable[[], tuple[Sequence[str] | TokenVectors, np.ndarray]], *, ctx: RunContext,
+                          key: str, loaded: Any = None, **options: Any) -> Mapping[str, Estimate]:
         """Customize on the training texts, then score on the test texts, which ``test()`` gives only then.
 
         ``test`` returns the test texts and labels; it is called after the model is final, so nothing
         of the test split can reach the choice of learning rate or epoch. The training record is kept
-        in ``_training`` for the release facts.
+        in ``_training`` for the release facts. A token-embedding defense passes its released vectors
+        (:class:`~rapt_audit.utility.token_vectors.TokenVectors`) in place of texts.
         """
         trained, self._training = customize_service(
             train_texts, y_train, method=self.method, overrides=self.training_overrides(), ctx=ctx, key=key,

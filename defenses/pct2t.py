@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Sequence
@@ -26,8 +27,11 @@ class PCT2TDefense(TextDefense):
 
     Words are tagged with spaCy's tagger. Only words in the selected categories are perturbed: a
     word's vector is the mean of its sub-token embeddings, receives dχ noise, and is replaced by the
-    nearest candidate word **of the same category** (candidate lexicons come from the model
-    vocabulary, tagged in isolation; never from the protected data). Words in other categories are
+    nearest candidate word **of the same category** (candidate lexicons: the model's whole-word
+    vocabulary, each word in the category of its isolated tag and in every category public text tags
+    it with; never from the protected data, :func:`rapt_audit.mechanisms.pos.vocabulary_lexicon`).
+    A word no candidate of its category equals (one the vocabulary holds only as sub-word pieces) is
+    replaced at every finite η; the count says how many (``forced``). Words in other categories are
     released unchanged, in the clear: that is the method's utility/privacy trade (RAPT Sec. V-E).
     Categories: noun (incl. proper nouns), verb, pronoun, preposition (RAPT's default), adjective,
     adverb, determiner, conjunction, symbol, numeral, auxiliary, particle, interjection,
@@ -53,12 +57,15 @@ class PCT2TDefense(TextDefense):
                     where.append((t, w))
                 elif not word.text.isspace():
                     passed[category] += 1
-        released, count = word_engine(ctx, "pos").privatize_words(words, groups, eta=eta, rng=rng)
+        engine = word_engine(ctx, "pos")
+        released, count = engine.privatize_words(words, groups, eta=eta, rng=rng)
         out = [[word.text for word in sentence] for sentence in tagged]
+        finite = not math.isinf(eta)
         for (t, w), new, original, category in zip(where, released, words, groups):
             out[t][w] = new
             # Released tokens are normalised vocabulary words; at eta = inf the word itself comes back.
-            count.count_category(category, perturbed=1, replaced=new not in (original, normalize_word(original)))
+            count.count_category(category, perturbed=1, replaced=new not in (original, normalize_word(original)),
+                                 forced=finite and not engine.holds(category, original))
         for category, n in passed.items():
             count.count_category(category, passed=n)
         count.passed += sum(passed.values())

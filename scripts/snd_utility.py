@@ -6,13 +6,17 @@ Each (defense, η) is one ordinary ``rapt_audit.pipeline.runner.run`` on SST-2 (
 what ``rapt-audit run`` reports), written under ``--out`` (git-ignored ``runs/``); the markdown table
 is rendered from those result files into ``--report``:
 
-    nice -n 10 .venv/bin/python scripts/snd_utility.py                 # η = 25, 50, 100
+    nice -n 10 .venv/bin/python scripts/snd_utility.py                 # η = 25, 50, 100, ∞
     .venv/bin/python scripts/snd_utility.py --render-only
+    .venv/bin/python scripts/snd_utility.py --defenses snd --utility-only   # snd_utility_table.md only
 
 Utility of ``snd``: an MLP on the denoised output embedding (and on the raw server output,
-``*.without_denoiser``), trained on privatized victim-train, scored on privatized victim-test.
-Utility of ``embedding``: the suite's logistic-regression probe on the pooled output of the noisy
-(unclipped) token embeddings. Attacks: white-box nearest neighbour, MLP and autoencoder inversion
+``*.without_denoiser``; and on the mean of the client's own clean token embeddings, ``*.client_only``,
+the control that involves no server), trained on privatized victim-train, scored on privatized
+victim-test; η = ∞ is the clean output embedding.
+Utility of ``embedding``: the suite's default service, prompt tuning of the encoder on the noisy
+(unclipped) token embeddings as its input embeddings (``reports/fidelity.md``, item 3; rows made
+before 2026-11-25 used a logistic-regression probe). Attacks: white-box nearest neighbour, MLP and autoencoder inversion
 and the k-NN mutual-information estimate, all on the uploaded token embeddings.
 """
 
@@ -32,7 +36,7 @@ ATTACKS = "whitebox,mlp_inversion,ae_inversion,mutual_info"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--eta", default="25,50,100", help="comma-separated η values")
+    p.add_argument("--eta", default="25,50,100,inf", help="comma-separated η values (inf: no noise)")
     p.add_argument("--defenses", default="snd,embedding")
     p.add_argument("--sizes", default="1000,500,1000,300",
                    help="SST-2 victim_train,victim_test,attacker_train,attacker_valid")
@@ -43,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="runs/snd")
     p.add_argument("--report", default="reports/snd")
     p.add_argument("--render-only", action="store_true")
+    p.add_argument("--utility-only", action="store_true",
+                   help="run only the cheapest attack (whitebox, to satisfy the runner) and render only the utility "
+                        "table, to snd_utility_table.md (the attack rows do not depend on the denoiser)")
     return p.parse_args(argv)
 
 
@@ -52,8 +59,13 @@ def _ci(est: dict[str, Any] | None, digits: int = 3) -> str:
     return f"{est['value']:.{digits}f} [{est['ci_low']:.{digits}f}, {est['ci_high']:.{digits}f}]"
 
 
-def render(out: Path, report: Path) -> None:
-    """Write ``snd_table.md`` from every ``result.json`` under ``out``."""
+UTILITY_COLUMNS = ["accuracy", "accuracy.without_denoiser", "accuracy.client_only", "auc", "auc.without_denoiser",
+                   "auc.client_only", "embedding_mse.denoised", "embedding_mse.noisy", "embedding_cosine.denoised",
+                   "embedding_cosine.noisy"]
+
+
+def render(out: Path, report: Path, *, utility_only: bool = False) -> None:
+    """Write ``snd_table.md`` (or, ``utility_only``, ``snd_utility_table.md``) from every ``result.json`` under ``out``."""
 
     results = []
     for path in sorted(out.glob("*/result.json")):
@@ -63,8 +75,7 @@ def render(out: Path, report: Path) -> None:
             data["attacks"]["whitebox_clipping_aware"] = json.loads(extra.read_text())
         results.append(data)
     results.sort(key=lambda d: (d["defense"]["name"], float(d["defense"]["params"].get("eta", 0))))
-    util_cols = ["accuracy", "accuracy.without_denoiser", "auc", "auc.without_denoiser",
-                 "embedding_mse.denoised", "embedding_mse.noisy", "embedding_cosine.denoised", "embedding_cosine.noisy"]
+    util_cols = UTILITY_COLUMNS
     lines = ["| defense | η | " + " | ".join(util_cols) + " | wall s |", "|" + "---|" * (len(util_cols) + 3)]
     attack_names = sorted({a for d in results for a in d["attacks"]})
     alines = ["| defense | η | " + " | ".join(f"{a}: empirical privacy" for a in attack_names) + " |",
@@ -84,12 +95,26 @@ def render(out: Path, report: Path) -> None:
             f"Splits: {json.dumps(splits)}; profile {results[0]['config']['profile'] if results else '-'}; "
             f"seed {results[0]['config']['seed'] if results else '-'}. 95 % bootstrap intervals over victim records.",
             "`snd` utility: MLP on the denoised (or, `.without_denoiser`, the raw server) output embedding; "
-            "`embedding` utility: logistic-regression probe on the pooled output of unclipped noisy token "
-            "embeddings (its own protocol; no AUC). MSE / cosine: to the clean output embedding on victim-test.",
-            "", "## Utility", "", *lines, "", "## Attacks on the upload (noisy token embeddings)", "",
-            "Empirical privacy = 1 - token recovery (whitebox, MLP), the reconstruction MSE (AE), "
-            "1 - I/H(X) (mutual information).", "", *alines, ""]
+            "`.client_only`: the same MLP on the mean of the client's clean token embeddings (no server involved); "
+            "η = inf: the clean output embedding. "
+            "`embedding` utility: prompt tuning on the unclipped noisy token embeddings as input embeddings "
+            "(the suite's default service). MSE / cosine: to the clean output embedding on victim-test. "
+            "Denoiser settings: " + "; ".join(sorted({_denoiser_settings(d) for d in results if d["defense"]["name"] == "snd"}))
+            + ".", "", "## Utility", "", *lines, ""]
+    if utility_only:
+        write_text_atomic(report / "snd_utility_table.md", "\n".join(text))
+        return
+    text += ["## Attacks on the upload (noisy token embeddings)", "",
+             "Empirical privacy = 1 - token recovery (whitebox, MLP), the reconstruction MSE (AE), "
+             "1 - I/H(X) (mutual information).", "", *alines, ""]
     write_text_atomic(report / "snd_table.md", "\n".join(text))
+
+
+def _denoiser_settings(result: dict[str, Any]) -> str:
+    p = result["defense"]["params"]
+    keys = ("public_corpus", "public_size", "noise_draws", "d_model", "heads", "d_ff", "layers", "denoiser_epochs",
+            "denoiser_lr")
+    return ", ".join(f"{k} {p[k]}" for k in keys if k in p)
 
 
 def clipping_aware_nn(config: Any) -> dict[str, Any]:
@@ -155,18 +180,19 @@ def main(argv: list[str] | None = None) -> int:
         with one_thread("cpu"):  # small models on shared cores: one torch thread is fastest
             for eta in [float(v) for v in args.eta.split(",")]:
                 for name in args.defenses.split(","):
-                    config = RunConfig(defense=name, attacks=args.attacks, dataset="sst2", profile=args.profile,
+                    attacks = "whitebox" if args.utility_only else args.attacks
+                    config = RunConfig(defense=name, attacks=attacks, dataset="sst2", profile=args.profile,
                                        seed=args.seed, device="cpu", out=str(out / f"{name}-eta{eta:g}"),
                                        data_dir=args.data_dir, defense_args={"eta": eta}, data_args=sizes)
                     result = run(config, log=lambda m: print(m, flush=True))
-                    if "whitebox" in args.attacks:
+                    if "whitebox" in attacks and not args.utility_only:
                         nn = clipping_aware_nn(config)
                         write_text_atomic(out / f"{name}-eta{eta:g}" / "nn_rescaled.json", json.dumps(nn, indent=1))
                     acc = result.utility.get("accuracy")
                     print(f"{name} eta={eta:g}: accuracy={acc.value if acc else float('nan'):.3f} "
                           f"({result.env['wall_time_s']:.0f} s)", flush=True)
-    render(out, report)
-    print(f"wrote {report}/snd_table.md")
+    render(out, report, utility_only=args.utility_only)
+    print(f"wrote {report}/{'snd_utility_table.md' if args.utility_only else 'snd_table.md'}")
     return 0
 
 

@@ -233,6 +233,12 @@ def test_attribute_identity_beats_majority(cls, splits, identity, mctx):
     # The synthetic author groups use their own cue words 75 % of the time: strong signal, so the
     # intervals must separate.
     assert accuracy.ci_low > baseline.ci_high
+    advantage = result.metrics[f"attribute_advantage.{attack.attribute}"]
+    assert advantage.value == pytest.approx(accuracy.value - baseline.value) and advantage.ci_low > 0
+    # The headline is the chance-normalised privacy, RAPT's 1 − accuracy reported beside it.
+    assert result.empirical_privacy == result.metrics[f"attribute_privacy.{attack.attribute}"]
+    assert result.empirical_privacy.value == pytest.approx(1 - advantage.value / (1 - baseline.value))
+    assert result.metrics[f"paper_privacy.{attack.attribute}"] == accuracy.complement()
     assert result.details["chosen_epoch"] <= attack.epochs and result.details["feature_kind"] == "texts"
     assert _in_unit_interval(result)
 
@@ -255,6 +261,9 @@ def test_attribute_on_random_labels_stays_at_majority(cls, splits, identity, mct
     result = attack.attack(identity.release(splits.victim_test, ctx=mctx), splits.victim_test, ctx=mctx)
     accuracy = result.metrics[f"attribute_accuracy.{attr}"]
     assert accuracy.ci_low <= result.metrics[f"majority_baseline.{attr}"].value <= accuracy.ci_high
+    # On the chance-normalised scale no leak is 1, for gender and for six age bins alike.
+    advantage = result.metrics[f"attribute_advantage.{attr}"]
+    assert advantage.ci_low <= 0 <= advantage.ci_high and result.empirical_privacy.ci_high == 1.0
     assert _in_unit_interval(result)
 
 

@@ -139,3 +139,24 @@ def test_all_attacks_end_to_end_on_real_sst2(tmp_path, data_dir):
         assert "skipped" in outcome or 0.0 <= outcome["empirical_privacy"]["ci_low"], name
     # No privacy at all: the white-box attacker reads every token.
     assert doc["attacks"]["whitebox"]["empirical_privacy"]["value"] == 0.0
+
+
+def test_the_run_summary_arrows_an_error_downwards():
+    """A utility that is an error (SnD's embedding_mse) is ↓ in the console summary, an accuracy ↑ (issue 28)."""
+    import dataclasses
+
+    import rapt_audit.defenses.snd  # noqa: F401 - declares embedding_mse
+    from rapt_audit.cli.main import format_result
+    from tests.result_factory import est, fake_result
+
+    result = fake_result()
+    result = dataclasses.replace(result, utility={"accuracy": est(0.8), "embedding_mse.denoised": est(0.1)})
+    lines = {line.split()[1]: line for line in format_result(result).splitlines() if line.startswith("utility ")}
+    assert "↑" in lines["accuracy"] and "↓" not in lines["accuracy"]
+    assert "↓" in lines["embedding_mse.denoised"] and "↑" not in lines["embedding_mse.denoised"]
+
+    from rapt_audit.pipeline.config import RunConfig
+    from rapt_audit.pipeline.sweep import Cell, format_sweep
+
+    header = format_sweep([(Cell((("eta", "50"),), "eta=50", RunConfig()), result)]).splitlines()[1]
+    assert "accuracy ↑" in header and "embedding_mse.denoised ↓" in header

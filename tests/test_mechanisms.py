@@ -173,3 +173,43 @@ def test_calibrate_command_table_and_json(capsys, monkeypatch):
     assert low["n_w_mean"] < high["n_w_mean"] and low["s_w_mean"] > high["s_w_mean"]
     assert main(["calibrate", "--defense", "t2t", "--eta", "0"]) == 2
     assert "eta must be" in capsys.readouterr().err
+
+
+def test_lexicon_puts_a_word_in_every_category_public_text_tags_it_with():
+    """A word joins its isolated tag's category and each one public text tags it with twice or more (issue #28)."""
+    from rapt_audit.mechanisms.pos import PUBLIC_MIN_COUNT, load_tagger, vocabulary_lexicon
+
+    public = ["We drove to the city .", "She walked to the park .", "The run was long ."]
+    assert PUBLIC_MIN_COUNT == 2  # the sentences above are written for it
+    lexicon = vocabulary_lexicon(load_tagger, ["to", "run", "city"], public_text=lambda: public)
+    alone = vocabulary_lexicon(load_tagger, ["to", "run", "city"])
+    assert "to" not in alone["preposition"]  # alone, "to" is the infinitive particle
+    assert "to" in lexicon["preposition"]  # "drove to the city", twice
+    assert {w for words in alone.values() for w in words} <= {w for words in lexicon.values() for w in words}
+    assert "run" not in lexicon["noun"]  # tagged a noun once only: one tagging may be the tagger's error
+    assert "city" in lexicon["noun"]
+
+
+def test_pct2t_replaces_only_words_no_candidate_equals_when_the_noise_vanishes(mctx):
+    """At a huge η PCT2T's replacements are exactly its forced ones; a preposition "to" is no longer one of them."""
+    defense = _defense("pct2t")
+    tagged, released, count = defense.privatize_words(SENTENCES, eta=1e9, rng=np.random.default_rng(0), ctx=mctx)
+    assert count.replaced == count.forced
+    assert sum(c["forced"] for c in count.by_category.values()) == count.forced
+    to_as_preposition = [(word.text, new) for sentence, words in zip(tagged, released)
+                         for word, new in zip(sentence, words) if word.text == "to" and word.upos == "ADP"]
+    assert to_as_preposition and all(new == "to" for _, new in to_as_preposition)
+    assert count.forced < 0.1 * count.perturbed  # the sentences' selected words are vocabulary words, but for names
+    infinite = defense.replacement_count(SENTENCES, eta=math.inf, rng=np.random.default_rng(0), ctx=mctx)
+    assert infinite.replaced == infinite.forced == 0
+
+
+def test_a_target_below_the_forced_floor_is_refused_naming_the_floor():
+    from rapt_audit.mechanisms.calibration import ReplacementCount, find_eta
+
+    def counter(eta, rng):  # a mechanism whose every finite-eta release replaces the 8 forced units of 100
+        return ReplacementCount(perturbed=100, replaced=8 + int(100 / eta), forced=8)
+
+    assert 8 / 100 < 0.2 and find_eta(counter, 0.2, seed=0) > 1  # above the floor: found
+    with pytest.raises(UsageError, match=r"8\.0% of the calibration units have no candidate"):
+        find_eta(counter, 0.05, seed=0)

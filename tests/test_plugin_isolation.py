@@ -425,10 +425,10 @@ def test_a_privacy_measure_outside_0_1_is_labelled_as_such(tmp_path):
     coll = collect([tmp_path])
     md = render_leaderboard(coll)
     assert "| ae_inversion ↑ (reconstruction_mse) |" in md
-    assert "Not empirical privacy in [0, 1]: `ae_inversion` reports reconstruction_mse" in md
+    assert "Not 1 − attack success: `ae_inversion` reports reconstruction_mse" in md
     assert "(not in \\[0, 1\\])" in md  # brackets escaped like every text from a declaration
     report = build_report(coll)
-    assert "Not empirical privacy in [0, 1]:" in report.html and "reconstruction_mse" in report.html
+    assert "Not 1 − attack success:" in report.html and "reconstruction_mse" in report.html
     combined = report.groups[0].rows[0].privacy["ae_inversion"]
     assert combined.ci_high > 1.0  # two seeds combined, never clipped to [0, 1]
 

@@ -10,6 +10,7 @@ fixed seeds below. Each test was also run at other seeds while it was written.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -186,7 +187,8 @@ def test_audit_command(capsys, tmp_path):
     assert main(["audit", "--defense", "pct2t", "--set", "eta=10", "--samples", "1000", "--pairs", "2",
                  "--search", "3"]) == 0
     printed = capsys.readouterr().out
-    assert "support: doctor stays a noun" in printed and "found by a search over 3 pairs" in printed
+    # Which noun is audited depends on the lexicon, which public text shapes (WikiText-2 where present).
+    assert re.search(r"support: \w+ stays a noun", printed) and "found by a search over 3 pairs" in printed
     assert main(["audit", "--defense", "t2t", "--set", "unit=word", "--set", "eta=10", "--samples", "500",
                  "--pairs", "1", "--search", "0"]) == 0
     assert "word of one word" in capsys.readouterr().out

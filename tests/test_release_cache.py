@@ -208,12 +208,14 @@ def test_second_run_reads_releases_from_disk(defense: str, attacks: str, tmp_pat
                        device="cpu", out=str(tmp_path / "run"), data_args=SMALL)
     first = run(config)
     texts = first.env["release_cache"].pop("texts", None)  # a text defense's own store (tests/test_text_store.py)
+    first.env["release_cache"].pop("services", None)  # the trained service's store (tests/test_service_cache.py)
     assert calls and first.env["release_cache"] == {"victim_test": "miss", "enabled": True,
                                                    "hit": first.env["release_cache"]["hit"], "miss": len(calls)}
     privatized = len(calls)
     second = run(replace(config, force=True))
     assert len(calls) == privatized  # nothing privatized again: every release came from disk
     second_texts = second.env["release_cache"].pop("texts", None)
+    second.env["release_cache"].pop("services", None)
     assert second.env["release_cache"] == {"victim_test": "hit", "enabled": True,
                                            "hit": privatized + first.env["release_cache"]["hit"], "miss": 0}
     if defense == "t2t":  # utility's victim-train and victim-test texts: privatized once, then read back

@@ -261,7 +261,8 @@ class AttackResult:
 
     Attributes:
         empirical_privacy: The headline number, higher-is-better for the defender: ``1 - attack
-            success`` as in the RAPT paper (for MSE-type attacks, the MSE itself).
+            success`` as in the RAPT paper (for MSE-type attacks, the MSE itself; for attribute
+            inference, the chance-normalised ``attribute_privacy.<attr>``, 1 at or below the majority guess).
         metrics: Every metric the attack computed, by registered metric name.
         details: Extra JSON-serialisable facts (baselines, sample sizes, silver-scoring flags...).
     """

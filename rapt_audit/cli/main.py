@@ -158,28 +158,33 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Width of format_result's first column: "attribute_gender attribute_privacy.gender ↑" fits.
+LABEL = 44
+
+
 def format_result(result: Any) -> str:
     """A short plain-text table of one result (utility, then each attack)."""
     lines = [f"defense {result.defense['name']} on {result.dataset['name']}  ({result.signature})"]
     for warning in result.warnings:
         lines.append(f"WARNING: {warning}")
-    lines.append(f"{'measure':<40} {'value':>8}   95% CI")
+    lines.append(f"{'measure':<{LABEL}} {'value':>8}   95% CI")
     for name, est in result.utility.items():
-        lines.append(f"{'utility ' + name + ' ↑':<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
+        label = f"utility {name} {report.arrow(name)}".rstrip()  # an error such as embedding_mse is ↓
+        lines.append(f"{label:<{LABEL}} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
     verbatim = (result.defense.get("release_meta") or {}).get("verbatim")
     if verbatim:
-        lines.append(f"{'released verbatim':<40} {describe_verbatim(verbatim)}")
+        lines.append(f"{'released verbatim':<{LABEL}} {describe_verbatim(verbatim)}")
     for name, outcome in result.attacks.items():
         if isinstance(outcome, Skip):
-            lines.append(f"{name + ' empirical privacy':<40} {'skipped':>8}   {outcome.reason}")
+            lines.append(f"{name + ' empirical privacy':<{LABEL}} {'skipped':>8}   {outcome.reason}")
             continue
         if isinstance(outcome, AttackFailure):
-            lines.append(f"{name + ' empirical privacy':<40} {'failed':>8}   {outcome.message}")
+            lines.append(f"{name + ' empirical privacy':<{LABEL}} {'failed':>8}   {outcome.message}")
             continue
         est = outcome.empirical_privacy
         measure = headline_metric(outcome.metrics, est)  # ae_inversion's is its reconstruction MSE, not in [0, 1]
         label = f"{name} {'empirical privacy' if measure == 'empirical_privacy' else measure} ↑"
-        lines.append(f"{label:<40} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
+        lines.append(f"{label:<{LABEL}} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
     return "\n".join(lines)
 
 

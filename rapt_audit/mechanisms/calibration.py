@@ -35,14 +35,19 @@ class ReplacementCount:
         dropped: Units removed from the release (``unk_policy=drop``).
         passed: Units released as they were without going through the mechanism (PCT2T's words
             outside the selected categories): they are sent in the clear.
-        by_category: Category → ``{"perturbed", "replaced", "passed"}`` counts, where the mechanism
-            knows categories (PCT2T and RAPT: POS categories).
+        forced: Perturbed units that no candidate of their group equals (a word the vocabulary
+            holds only as sub-word pieces, or none of the candidates of its category): at every
+            finite η they are released as another word, so they set a floor under the replacement
+            probability that no η removes. Counted at finite η only (η = ∞ releases every unit as it was).
+        by_category: Category → ``{"perturbed", "replaced", "passed", "forced"}`` counts, where the
+            mechanism knows categories (PCT2T and RAPT: POS categories).
     """
 
     perturbed: int = 0
     replaced: int = 0
     dropped: int = 0
     passed: int = 0
+    forced: int = 0
     by_category: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, other: ReplacementCount) -> None:
@@ -51,12 +56,13 @@ class ReplacementCount:
         self.replaced += other.replaced
         self.dropped += other.dropped
         self.passed += other.passed
+        self.forced += other.forced
         for category, counts in other.by_category.items():
             self.count_category(category, **counts)
 
     def count_category(self, category: str, **counts: int) -> None:
-        """Add ``counts`` (``perturbed=``, ``replaced=``, ``passed=``) to ``category``'s counts."""
-        mine = self.by_category.setdefault(category, {"perturbed": 0, "replaced": 0, "passed": 0})
+        """Add ``counts`` (``perturbed=``, ``replaced=``, ``passed=``, ``forced=``) to ``category``'s counts."""
+        mine = self.by_category.setdefault(category, {"perturbed": 0, "replaced": 0, "passed": 0, "forced": 0})
         for key, value in counts.items():
             mine[key] += int(value)
 
@@ -75,16 +81,18 @@ RAPT_TABLE_III = {25.0: 0.94, 75.0: 0.85, 125.0: 0.45, 150.0: 0.14, 175.0: 0.05}
 
 @dataclass(frozen=True)
 class CalibrationRow:
-    """Measured replacement probability at one η."""
+    """Measured replacement probability at one η, and the share of units no η could leave unchanged."""
 
     eta: float
     replacement: Estimate
     units: int
+    forced: Estimate | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON form."""
         return {"eta": "inf" if math.isinf(self.eta) else self.eta, "replacement": self.replacement.to_dict(),
-                "units": self.units, "rapt_table_iii_bert_base": RAPT_TABLE_III.get(self.eta)}
+                "units": self.units, "forced": None if self.forced is None else self.forced.to_dict(),
+                "rapt_table_iii_bert_base": RAPT_TABLE_III.get(self.eta)}
 
 
 def replacement_probability(counter: Counter, eta: float, *, seed: int) -> CalibrationRow:
@@ -92,7 +100,8 @@ def replacement_probability(counter: Counter, eta: float, *, seed: int) -> Calib
     count = counter(eta, np.random.default_rng(seed))
     if count.perturbed == 0:
         raise UsageError("the calibration corpus produced no privatizable units")
-    return CalibrationRow(eta, wilson(count.replaced, count.perturbed), count.perturbed)
+    forced = None if math.isinf(eta) else wilson(count.forced, count.perturbed)
+    return CalibrationRow(eta, wilson(count.replaced, count.perturbed), count.perturbed, forced)
 
 
 def check_target(target: float) -> float:
@@ -126,7 +135,11 @@ def find_eta(counter: Counter, target: float, *, seed: int, start: float = 100.0
     while rate(math.exp(hi)) > target:
         hi += step
         if hi > math.log(1e7):
-            raise UsageError(f"replacement={target} is not reachable: even eta=1e7 replaces more")
+            count = counter(1e7, np.random.default_rng(seed))
+            floor = count.forced / count.perturbed if count.perturbed else math.nan
+            raise UsageError(f"replacement={target} is not reachable: even eta=1e7 replaces more. {floor:.1%} of the "
+                             "calibration units have no candidate equal to them (words the vocabulary holds only as "
+                             "sub-word pieces) and are replaced at every eta; choose a target above that floor")
     for _ in range(iterations):
         mid = (lo + hi) / 2
         if rate(math.exp(mid)) > target:

@@ -11,7 +11,7 @@ import numpy as np
 from rapt_audit.encoder.vocab import EmbeddingSpace, embedding_space
 from rapt_audit.mechanisms.analysis_pack import tagger_key, texts_digest
 from rapt_audit.mechanisms.nn_search import nearest_index, vocabulary_index
-from rapt_audit.mechanisms.pos import load_tagger, vocabulary_lexicon
+from rapt_audit.mechanisms.pos import PUBLIC_MIN_COUNT, load_tagger, vocabulary_lexicon
 from rapt_audit.mechanisms.privatize import TokenEngine, WordEngine
 
 if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and hands it down
@@ -37,7 +37,8 @@ def pos_groups(ctx: RunContext) -> dict[str, np.ndarray]:
 
     def build() -> dict[str, np.ndarray]:
         space = embedding_space(ctx)
-        lexicon = vocabulary_lexicon(lambda: tagger(ctx), lexicon_words(space), cache_file=lexicon_file(ctx))
+        lexicon = vocabulary_lexicon(lambda: tagger(ctx), lexicon_words(space), public_text=lambda: ctx.public_text()[1],
+                                     cache_file=lexicon_file(ctx))
         row_of = {token: row for row, token in enumerate(space.tokens)}
         return {category: np.array([row_of[w] for w in members if w in row_of], dtype=np.int64)
                 for category, members in lexicon.items()}
@@ -51,10 +52,13 @@ def lexicon_words(space: EmbeddingSpace) -> list[str]:
 
 
 def lexicon_file(ctx: RunContext) -> Path:
-    """Where the run's POS lexicon is cached: keyed by the words tagged, not the model, so a bundle's
-    fp16-restored model (another fingerprint, the same vocabulary) reads the lexicon packed for the original."""
+    """Where the run's POS lexicon is cached: keyed by the words tagged and the public text tagged, not the
+    model, so a bundle's fp16-restored model (another fingerprint, the same vocabulary) reads the lexicon
+    packed for the original."""
     words = lexicon_words(embedding_space(ctx))
-    return ctx.cache_dir / "pos" / f"words-{texts_digest(words)[:16]}-{tagger_key(ctx)}.json"
+    corpus, texts = ctx.public_text()
+    return (ctx.cache_dir / "pos" / f"words-{texts_digest(words)[:16]}-{corpus}-{texts_digest(texts)[:12]}"
+            f"-min{PUBLIC_MIN_COUNT}-{tagger_key(ctx)}.json")
 
 
 def whole_word_rows(space: EmbeddingSpace) -> np.ndarray:

@@ -197,6 +197,16 @@ class WordEngine:
     index_for: Callable[[str], NearestNeighbourIndex]
     chunk: int = DEFAULT_CHUNK
     _vector_cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _members: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
+
+    def holds(self, group: str, word: str) -> bool:
+        """Whether ``word`` (normalised) is one of ``group``'s candidates, so that it can come back unchanged.
+
+        A word that is not is replaced at every finite η (:attr:`ReplacementCount.forced`).
+        """
+        if group not in self._members:
+            self._members[group] = frozenset(self.space.tokens[row] for row in self.group_rows[group].tolist())
+        return normalize_word(word) in self._members[group]
 
     def word_vectors(self, words: Sequence[str]) -> np.ndarray:
         """Mean sub-token embedding of each word (RAPT Sec. III-A2), memoised per word string."""
@@ -231,4 +241,5 @@ class WordEngine:
                 token = self.space.tokens[row]
                 out[position] = token
                 count.replaced += token != normalize_word(original)
+            count.forced += sum(not self.holds(group, word) for word in members)
         return out, count

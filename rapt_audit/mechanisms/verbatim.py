@@ -154,7 +154,11 @@ def verbatim_summary(originals: Sequence[str], released: Sequence[str], count: R
     total = count.perturbed + count.passed + count.dropped  # a dropped unit was in the input, not released as it was
     unchanged = count.passed + count.perturbed - count.replaced
     summary: dict[str, Any] = {"units": total, "units_unchanged": unchanged,
-                               "units_unchanged_share": unchanged / total if total else None}
+                               "units_unchanged_share": unchanged / total if total else None,
+                               # replaced because no candidate equals them: changed by the lexicon, not the noise
+                               "units_forced": count.forced,
+                               "units_forced_share_of_perturbed":
+                                   count.forced / count.perturbed if count.perturbed else None}
     if count.by_category:
         summary["unchanged_share_by_category"] = {
             category: (c["passed"] + c["perturbed"] - c["replaced"]) / (c["passed"] + c["perturbed"])
@@ -176,6 +180,9 @@ def describe_verbatim(summary: dict[str, Any]) -> str:
     found = [f"{c['verbatim']} of {c['found']} {kind}" for kind, c in summary.get("sensitive_strings", {}).items()
              if c.get("found")]
     line = head + ("; verbatim: " + ", ".join(found) if found else "; no sensitive strings found")
+    forced = summary.get("units_forced_share_of_perturbed")
+    if forced:
+        line += f"; {100 * forced:.1f} % of perturbed units have no candidate equal to them (changed at any η)"
     entities = summary.get("entities")
     if entities is not None:
         verbatim, total = (sum(c["verbatim"] for c in entities.values()), sum(c["found"] for c in entities.values()))

@@ -44,8 +44,8 @@ from rapt_audit.pipeline.runner import default_dataset
 
 #: Files of a model folder that are weights (only ``model.safetensors`` ships, as fp16).
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".onnx", ".msgpack", ".ot")
-#: Public text every run may read: η calibration to a replacement rate, pretraining's default corpus,
-#: SnD's denoiser, and the key of the release cache (which fingerprints it).
+#: Public text every run may read: η calibration to a replacement rate, PCT2T's POS lexicon, pretraining's
+#: default corpus, SnD's denoiser, and the key of the release cache (which fingerprints it).
 PUBLIC = "wikitext2"
 #: Attacks that train a tagger on CoNLL-2003 when the run's records carry no entity spans.
 NER_TRAINING = "conll2003"
@@ -210,7 +210,8 @@ def datasets_needed(configs: Sequence[RunConfig], data_dir: Path | None) -> dict
             if "ner" in tags and "off-the-shelf" not in tags:
                 needed.setdefault(NER_TRAINING, f"training data of the {attack} attack")
     if (data_dir / PUBLIC).is_dir():
-        needed.setdefault(PUBLIC, "public text (η calibration, pretraining, SnD's denoiser, the release-cache key)")
+        needed.setdefault(PUBLIC, "public text (η calibration, the POS lexicon, pretraining, SnD's denoiser, "
+                                  "the release-cache key)")
     return needed
 
 

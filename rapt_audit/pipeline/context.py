@@ -112,6 +112,17 @@ class RunContext:
             self._memo[key] = factory()
         return self._memo[key]
 
+    def public_text(self) -> tuple[str, list[str]]:
+        """Public text, never the victim's: the name and every text of WikiText-2 in the data directory
+        when present, else of the demo corpus (:func:`rapt_audit.data.public.public_dataset`); read once per run."""
+        from rapt_audit.data.public import public_dataset  # lazy (numpy, via the data loaders)
+
+        def read() -> tuple[str, list[str]]:
+            dataset = public_dataset(self.data_dir)
+            return dataset.name, [record.text for record in dataset.records]
+
+        return self.shared(("public_text",), read)
+
     def tokenizer(self) -> Any:
         """The model's tokenizer, without loading the encoder where the model ships a ``tokenizer.json``.
 

@@ -44,6 +44,7 @@ from rapt_audit.api.types import AttackFailure, AttackResult
 from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.config import RunConfig, build_config
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult
+from rapt_audit.scoring.metrics import arrow
 
 SWEEP_SCHEMA = "rapt-audit/sweep/1"
 SWEEP_INDEX = "sweep.json"
@@ -353,7 +354,7 @@ def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
     utility = list(dict.fromkeys(m for _, r in results for m in r.utility))
     attacks = list(dict.fromkeys(a for _, r in results for a in r.attacks))
     width = max(len(c.label) for c, _ in results)
-    cols = [f"{m} ↑" for m in utility] + [f"{a} ↑" for a in attacks]
+    cols = [f"{m} {arrow(m)}".rstrip() for m in utility] + [f"{a} ↑" for a in attacks]  # an error is ↓
     lines = [f"sweep on {first.dataset.get('name')}  ({first.signature})"]
     lines += [f"WARNING: {w}" for w in dict.fromkeys(w for _, r in results for w in r.warnings)]
     lines.append(f"{'cell':<{width}}  " + "  ".join(f"{c:>{max(8, len(c))}}" for c in cols))

@@ -32,7 +32,7 @@ from rapt_audit.pipeline.cache import records_digest, run_state, source_digest
 from rapt_audit.pipeline.context import RunContext
 
 #: Bumped whenever what an entry holds or what its key hashes changes, so old entries are never read.
-FORMAT = "rapt-audit/privatized-texts/1"
+FORMAT = "rapt-audit/privatized-texts/2"  # 2: the count holds ``forced``
 
 #: What ``compute`` returns and the store gives back: the released texts and what was replaced.
 Privatized = tuple[list[str], ReplacementCount]

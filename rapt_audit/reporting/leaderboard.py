@@ -84,7 +84,7 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     measures = {a: note for a in measured if (note := group.measure_note(a))}
     if measures:
-        lines += ["", "Not empirical privacy in [0, 1]: " + "; ".join(
+        lines += ["", "Not 1 − attack success: " + "; ".join(
             f"{_name(a)} reports {_cell(note)}" for a, note in measures.items()) + "."]
     if group.skipped_attacks:
         lines += ["", "Not applicable here: " + "; ".join(
@@ -105,7 +105,8 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
              f"{', '.join(_short_sha(s) for s in shas)}). Do not edit by hand.", "",
              "Each table holds only results with one comparability signature (data, splits, model, profile, attack "
              "settings). Numbers are value [95 % interval]; ↑ means higher is better for the defender. Empirical "
-             "privacy is 1 − attack success (for MSE attacks, the reconstruction error).", ""]
+             "privacy is 1 − attack success unless a note names another measure (attribute inference: "
+             "chance-normalised; MSE attacks: the reconstruction error).", ""]
     if preamble:
         lines += [preamble.rstrip(), ""]
     if any(i.result.synthetic for i in coll.results):

@@ -34,7 +34,8 @@ from rapt_audit.reporting.figures import Figure, deniability_figure, group_figur
 from rapt_audit.reporting.sections import pretraining_note, provenance_html, selection_note, warnings_html
 from rapt_audit.reporting.style import CSP, STYLE
 from rapt_audit.reporting.summary import Group, group_results, safe_id
-from rapt_audit.scoring.metrics import METRICS, declared
+from rapt_audit.scoring.metrics import METRICS
+from rapt_audit.scoring.metrics import arrow as metric_arrow
 
 e = html.escape
 
@@ -58,10 +59,9 @@ def _registries() -> tuple[Any, Any]:
 
 
 def arrow(metric: str) -> str:
-    """``↑`` when higher is better for the defender, ``↓`` when lower is, ``''`` for unknown metrics."""
-    _registries()  # plugins' metrics declared
-    found = declared(metric)  # per-attribute variants: attribute_accuracy.gender
-    return "" if found is None else "↑" if found.higher_is_better else "↓"
+    """:func:`rapt_audit.scoring.metrics.arrow` once the plugins' metrics are declared."""
+    _registries()
+    return metric_arrow(metric)
 
 
 def _est_cell(est: Any) -> str:
@@ -129,17 +129,22 @@ def _calibration_table(group: Group) -> str:
         eta_num = math.inf if str(eta) == "inf" else float(eta) if eta is not None else math.nan
         ref = RAPT_TABLE_III.get(eta_num)
         target = meta.get("target_replacement")
+        forced = (meta.get("verbatim") or {}).get("units_forced_share_of_perturbed")  # absent before issue 28
         rows.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>"
                     f"<td>{e(str(eta))}</td><td>{'' if target is None else f'{float(target):.3f}'}</td>"
-                    f"<td class='num'>{float(observed):.4f}</td><td>{e(str(meta.get('units_perturbed', '')))}</td>"
+                    f"<td class='num'>{float(observed):.4f}</td>"
+                    f"<td class='num'>{'' if forced is None else f'{float(forced):.4f}'}</td>"
+                    f"<td>{e(str(meta.get('units_perturbed', '')))}</td>"
                     f"<td>{'' if ref is None else f'{ref:.2f}'}</td></tr>")
     if not rows:
         return ""
     return ("<h3>Calibration: word-replacement probability</h3><p class='note'>Observed on the victim-test release "
             "of each run (the fraction of privatized units whose released word differs from the input). RAPT "
             "Table III was measured on BERT-base, a different embedding model, so equal η need not mean equal "
-            "replacement.</p><table><thead><tr><th>defense</th><th>setting</th><th>η in force</th>"
-            "<th>target p</th><th>observed replacement</th><th>units</th><th>RAPT Tab. III (BERT-base)</th>"
+            "replacement. Forced: the share of privatized units no candidate equals (replaced at every finite η, a "
+            "floor under the observed replacement; blank in results written before it was counted).</p><table><thead>"
+            "<tr><th>defense</th><th>setting</th><th>η in force</th><th>target p</th><th>observed replacement</th>"
+            "<th>forced</th><th>units</th><th>RAPT Tab. III (BERT-base)</th>"
             f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
@@ -194,13 +199,14 @@ def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, ba
              f"model {e(str(first.config.get('model')))}</h2>",
              f"<p class='sig'>signature <code>{e(group.signature)}</code></p>",
              f"<p class='note'>splits: {e(splits)}. Only results with this exact signature appear in this section; "
-             "↑ means higher is better for the defender. Empirical privacy is 1 − attack success (for MSE attacks, "
-             "the reconstruction error); intervals are 95 %.</p>"]
+             "↑ means higher is better for the defender. Empirical privacy is 1 − attack success unless a note "
+             "below names another measure (attribute inference: chance-normalised; MSE attacks: the reconstruction "
+             "error); intervals are 95 %.</p>"]
     if any(r.synthetic for r in group.rows):
         parts.append(f"<p class='banner warn'><strong>{e(SYNTHETIC_WARNING)}</strong></p>")
     measures = {a: note for a in group.measured_attacks if (note := group.measure_note(a))}
-    if measures:  # a column of another unit must not pass for 1 − attack success
-        parts.append("<p class='note'><strong>Not empirical privacy in [0, 1]:</strong> " + "; ".join(
+    if measures:  # a column of another measure must not pass for 1 − attack success
+        parts.append("<p class='note'><strong>Not 1 − attack success:</strong> " + "; ".join(
             f"<code>{e(a)}</code> reports {e(note)}" for a, note in measures.items()) + ".</p>")
     parts.append(warnings_html(group))
     parts += ["<h3>Summary</h3>", _summary_table(group), pretraining_note(group), selection_note(group)]

@@ -19,7 +19,7 @@ from rapt_audit.api.plugins import load as load_plugins
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
-from rapt_audit.scoring.metrics import METRICS, declared, headline_metric
+from rapt_audit.scoring.metrics import declared, headline_metric
 from rapt_audit.scoring.stats import seed_summary
 
 #: Privacy parameters and how they are written in tables and plots, in order of preference.
@@ -187,7 +187,8 @@ class Group:
         return next((r.headline[attack] for r in self.rows if attack in r.headline), "empirical_privacy")
 
     def measure_note(self, attack: str) -> str | None:
-        """What ``attack``'s headline is when it is not 1 − attack success in [0, 1] (``None`` when it is)."""
+        """What ``attack``'s headline is when it is not 1 − attack success (``None`` when it is): a chance-
+        normalised attribute privacy, or a measure outside [0, 1] such as a reconstruction MSE (said so)."""
         name = self.headline(attack)
         found = declared(name)
         if name == "empirical_privacy" or found is None:
@@ -201,10 +202,11 @@ class Group:
 
 
 def _combine(estimates: Sequence[Estimate], metric: str) -> Estimate:
-    # A metric declared bounded (accuracy, token accuracy, 1 − attack success) keeps its seed interval
-    # inside [0, 1]; an unbounded headline (ae_inversion's reconstruction MSE) is never clipped.
-    declared = METRICS.get(metric) if metric in METRICS else None
-    return seed_summary(list(estimates), bounds=(0.0, 1.0) if declared is not None and declared.bounded else None)
+    # A metric declared bounded (accuracy, token accuracy, 1 − attack success, a per-attribute
+    # attribute_privacy.gender) keeps its seed interval inside [0, 1]; an unbounded headline
+    # (ae_inversion's reconstruction MSE) is never clipped.
+    found = declared(metric)
+    return seed_summary(list(estimates), bounds=(0.0, 1.0) if found is not None and found.bounded else None)
 
 
 def _fill(row: Row) -> None:

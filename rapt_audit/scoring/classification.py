@@ -4,15 +4,18 @@ Every accuracy, macro-F1 and AUC in rapt-audit (task utility and attribute infer
 from here. Each scorer draws its bootstrap resamples from the generator it is given, so callers
 that score several metrics keep their numbers reproducible by calling the scorers in a fixed
 order (accuracy, then macro-F1, then AUC: :func:`label_scores` and :func:`classification_utility`).
+:func:`chance_scores` measures predictions against a chance guess of the same records (attribute inference's
+majority guess): the advantage over it and the chance-normalised privacy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import numpy as np
 
-from rapt_audit.api.types import Estimate
+from rapt_audit.api.types import Estimate, PerRecord
 from rapt_audit.scoring.stats import bootstrap_mean, bootstrap_statistic
 
 #: Bootstrap resamples of macro-F1 and AUC (each resample refits nothing, but re-counts every class).
@@ -26,6 +29,39 @@ def accuracy_estimate(predicted: np.ndarray, truth: np.ndarray, *, rng: np.rando
     two defenses scored on the same test records are then compared paired, record by record.
     """
     return bootstrap_mean((np.asarray(predicted) == np.asarray(truth)).astype(float), rng=rng)
+
+
+def chance_scores(predicted: np.ndarray, guessed: np.ndarray, truth: np.ndarray, *,
+                  rng: np.random.Generator) -> tuple[Estimate, Estimate]:
+    """``(advantage, privacy)`` of ``predicted`` over a chance guess ``guessed`` of the same records.
+
+    * advantage = accuracy − the guess's accuracy, in [−1, 1]: the mean of each record's
+      ``correct − guess correct``, so its bootstrap interval resamples the same records for both (paired);
+    * privacy = 1 − max(0, advantage / (1 − guess accuracy)) = min(1, errors / the guess's errors):
+      1 at or below the guess (no information leaked), 0 for an attacker that is always right. It is
+      computed on every bootstrap resample of the records, so the clipping at 1 holds for the point and
+      both ends of the interval; a resample where the guess is always right counts as 1 (no attacker can
+      beat it). Unlike ``1 − accuracy``, it reads the same for two classes and for six: chance is 1.
+
+    The privacy keeps per-record parts (errors over the guess's errors) for paired comparisons when its
+    value is that ratio, i.e. when it is not clipped; the advantage keeps its per-record differences.
+    Both draw their resamples from ``rng`` in that order.
+    """
+    truth = np.asarray(truth)
+    hit = (np.asarray(predicted) == truth).astype(float)
+    guess_hit = (np.asarray(guessed) == truth).astype(float)
+    advantage = bootstrap_mean(hit - guess_hit, rng=rng)
+    miss, guess_miss = 1.0 - hit, 1.0 - guess_hit
+
+    def statistic(idx: np.ndarray) -> float:
+        room = guess_miss[idx].sum()
+        return 1.0 if room == 0 else min(1.0, float(miss[idx].sum() / room))
+
+    privacy = bootstrap_statistic(len(truth), statistic, rng=rng)
+    parts = PerRecord(tuple(miss.tolist()), tuple(guess_miss.tolist()))
+    if guess_miss.sum() > 0 and abs(parts.value - privacy.value) <= 1e-12:
+        privacy = dataclasses.replace(privacy, per_record=parts)
+    return advantage, privacy
 
 
 def macro_f1(predicted: np.ndarray, truth: np.ndarray, *, n_classes: int | None = None) -> float:

@@ -56,12 +56,21 @@ def declared(name: str) -> Metric | None:
     return None
 
 
+def arrow(name: str) -> str:
+    """``↑`` when higher is better for the defender, ``↓`` when lower is (an error such as ``embedding_mse``),
+    ``''`` for a metric nobody declared."""
+    found = declared(name)
+    return "" if found is None else "↑" if found.higher_is_better else "↓"
+
+
 def headline_metric(metrics: Mapping[str, Estimate], headline: Estimate) -> str:
     """Which declared measure an attack's headline ``empirical_privacy`` is.
 
     It is ``empirical_privacy`` (1 − attack success, in [0, 1]) unless the attack also reports the
     headline under a privacy metric of its own: ``ae_inversion``'s headline is its
-    ``reconstruction_mse``, an error declared unbounded, and reports label it so.
+    ``reconstruction_mse``, an error declared unbounded, an attribute attack's its chance-normalised
+    ``attribute_privacy.<attr>`` (listed before its ``paper_privacy.<attr>``, the first match wins), and
+    reports label them so.
     """
     for name, est in metrics.items():
         found = declared(name)

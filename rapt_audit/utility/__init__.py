@@ -1,8 +1,10 @@
 """Task utility: how the service customizes on privatized input and how well it then does.
 
 Owns: :mod:`~rapt_audit.utility.customize` (prompt tuning, prefix tuning, LoRA through ``peft``, and
-full fine-tuning, with RAPT's reconstruction head), :mod:`~rapt_audit.utility.customized` (the
-utility of a text defense under one of those methods: train, then score), :mod:`~rapt_audit.utility.selection`
+full fine-tuning, with RAPT's reconstruction head; the model itself in :mod:`~rapt_audit.utility.task_model`),
+:mod:`~rapt_audit.utility.customized` (the utility of a text or token-embedding defense under one of those
+methods: train, then score), :mod:`~rapt_audit.utility.token_vectors` (a token-embedding release as the
+service's input embeddings), :mod:`~rapt_audit.utility.selection`
 (the learning rate and epoch chosen on a validation split of the training texts),
 :mod:`~rapt_audit.utility.on_device` (training texts tokenized once and kept on the model's device, losses
 checked there, the ``precision`` setting), :mod:`~rapt_audit.utility.state_cache` (trained weights stored by

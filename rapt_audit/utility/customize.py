@@ -14,7 +14,9 @@ the input starts with m privatized *plain tokens*; their hidden states feed a re
 ``softmax(W_down · W_up · g)`` (two bias-free linear layers, hidden size c) that predicts the original
 plain tokens, the plain positions are left out of the task head's mean, and the loss is
 ``L_task + L_rec`` with ``L_rec`` summed over the m plain tokens (RAPT eqs. 5–6). The head is dropped
-after training: the model the service keeps is the task model alone.
+after training: the model the service keeps is the task model alone. The model itself is built in
+:mod:`rapt_audit.utility.task_model`; a token-embedding release trains the same way, its released
+vectors standing in for the input embeddings of the text (:mod:`rapt_audit.utility.token_vectors`).
 
 The learning rate and the epoch are chosen on a validation split carved from the privatized training
 texts (:mod:`rapt_audit.utility.selection`); here, :func:`train_classifier` trains one learning rate,
@@ -23,8 +25,6 @@ with early stopping when it is handed that validation split. The test split is n
 
 from __future__ import annotations
 
-import copy
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -32,7 +32,8 @@ import numpy as np
 
 from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
 from rapt_audit.api.registry import closest
-from rapt_audit.utility.on_device import FirstNonFinite, Tokenized, autocast, check_precision, tokenize
+from rapt_audit.utility.on_device import FirstNonFinite, ServiceInput, autocast, check_precision, tokenize
+from rapt_audit.utility.task_model import build_task_model, run_batch
 from rapt_audit.utility.training import DeviceSum, Diverged, EarlyStopping, Epochs, fit, length_batches
 
 #: The customization methods, in the order the paper reports them.
@@ -162,75 +163,6 @@ def check_positions(settings: TrainSettings, plain_count: int, max_positions: in
             "lower virtual_tokens, plain_tokens or max_length")
 
 
-def _task_model_class():  # noqa: ANN202 - defined lazily so that importing this module loads no torch
-    import torch  # lazy (torch)
-    from torch import nn  # lazy (torch)
-
-    class TaskModel(nn.Module):
-        """Backbone (PEFT-wrapped or fully trainable) + mean-pooled task head (+ reconstruction head)."""
-
-        def __init__(self, backbone: nn.Module, hidden: int, n_labels: int, *, skip: int,
-                     rec_vocabulary: int = 0, rec_hidden: int = 96) -> None:
-            super().__init__()
-            self.backbone = backbone
-            self.skip = skip  # prompt tuning puts its virtual tokens first in the output
-            self.task_head = nn.Linear(hidden, n_labels)
-            self.reconstruction = (nn.Sequential(nn.Linear(hidden, rec_hidden, bias=False),  # W_up
-                                                 nn.Linear(rec_hidden, rec_vocabulary, bias=False))  # W_down
-                                   if rec_vocabulary else None)
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, task_mask: torch.Tensor,
-                    plain_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-            hidden = hidden[:, self.skip:]
-            weights = task_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-            logits = self.task_head(pooled)
-            rec_logits = None
-            if self.reconstruction is not None and plain_positions is not None:
-                index = plain_positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
-                rec_logits = self.reconstruction(hidden.gather(1, index))
-            return logits, rec_logits
-
-        def drop_reconstruction(self) -> None:
-            """Discard the reconstruction head (RAPT keeps only the task model after training)."""
-            self.reconstruction = None
-
-    return TaskModel
-
-
-def build_task_model(loaded: Any, settings: TrainSettings, n_labels: int, *, rec_vocabulary: int = 0):  # noqa: ANN201
-    """A trainable copy of ``loaded``'s encoder with the method applied and fresh heads.
-
-    The process-wide model is read-only (rapt_audit.encoder.models), so the backbone is a deep copy.
-    """
-    from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model  # lazy (peft)
-
-    backbone = copy.deepcopy(loaded.model).to(loaded.device)
-    hidden = int(backbone.config.hidden_size)
-    skip = 0
-    if settings.method == "full":
-        for name, parameter in backbone.named_parameters():
-            # The pooler feeds nothing here (the task head reads mean-pooled hidden states).
-            parameter.requires_grad_(not name.startswith("pooler."))
-    else:
-        task, tokens = TaskType.FEATURE_EXTRACTION, settings.virtual_tokens
-        if settings.method == "prompt":
-            config = PromptTuningConfig(task_type=task, num_virtual_tokens=tokens)
-            skip = tokens
-        elif settings.method == "prefix":
-            config = PrefixTuningConfig(task_type=task, num_virtual_tokens=tokens)
-        else:
-            config = LoraConfig(task_type=task, r=settings.lora_r, lora_alpha=settings.lora_alpha,
-                                lora_dropout=settings.lora_dropout, target_modules=["query", "value"])
-        with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5; harmless
-            warnings.filterwarnings("ignore", category=FutureWarning)
-            backbone = get_peft_model(backbone, config)
-    model_class = _task_model_class()
-    return model_class(backbone, hidden, n_labels, skip=skip, rec_vocabulary=rec_vocabulary,
-                       rec_hidden=settings.rec_hidden).to(loaded.device)
-
-
 @dataclass
 class TrainedClassifier:
     """A customized task model, its settings and its training history.
@@ -247,7 +179,7 @@ class TrainedClassifier:
     history: list[dict[str, float]] = field(default_factory=list)
     best_epoch: int = 0
 
-    def predict_proba(self, texts: Sequence[str] | Tokenized) -> np.ndarray:
+    def predict_proba(self, texts: ServiceInput) -> np.ndarray:
         """Class probabilities for privatized ``texts`` (eval mode, no reconstruction head needed).
 
         ``texts`` are tokenized once (or come tokenized); batches of ``max(64, 2 × training batch)``
@@ -267,21 +199,23 @@ class TrainedClassifier:
         with torch.inference_mode(), autocast(self.device, self.settings.precision):
             for start in range(0, len(order), size):
                 batch = tokens.batch(order[start:start + size])
-                logits, _ = self.model(batch["input_ids"], batch["attention_mask"], batch["task_mask"])
+                logits, _ = run_batch(self.model, batch)
                 out[batch["rows"]] = torch.softmax(logits.float(), -1)
         return out.cpu().numpy()
 
 
-def train_classifier(loaded: Any, texts: Sequence[str] | Tokenized, labels: np.ndarray, settings: TrainSettings,
+def train_classifier(loaded: Any, texts: ServiceInput, labels: np.ndarray, settings: TrainSettings,
                      *, n_labels: int, seed: int, plain: PlainTokens | None = None, reconstruction: bool = True,
-                     validation: tuple[Sequence[str] | Tokenized, np.ndarray] | None = None,
+                     validation: tuple[ServiceInput, np.ndarray] | None = None,
                      progress: Callable[[int, int], None] | None = None) -> TrainedClassifier:
     """Customize ``loaded``'s encoder on privatized ``texts`` and return the task model.
 
     Args:
         loaded: The public model (rapt_audit.encoder.models.LoadedModel); it is copied, never modified.
         texts: Privatized training texts; with ``plain``, each starts with the m privatized plain words.
-            Tokenized here, or already (:func:`~rapt_audit.utility.on_device.tokenize`, once per grid).
+            Tokenized here, or already (:func:`~rapt_audit.utility.on_device.tokenize`, once per grid); or
+            a token-embedding release (:class:`~rapt_audit.utility.token_vectors.TokenVectors`), whose
+            vectors are the input embeddings of the text positions.
         labels: Integer task labels in ``0..n_labels-1``.
         settings: Method and hyperparameters (:func:`resolve_settings`).
         n_labels: Number of classes.
@@ -338,8 +272,7 @@ def train_classifier(loaded: Any, texts: Sequence[str] | Tokenized, labels: np.n
 
     def loss(idx: np.ndarray) -> torch.Tensor:  # runs inside fit's autocast (the run's precision)
         batch = tokens.batch(idx)
-        logits, rec_logits = model(batch["input_ids"], batch["attention_mask"], batch["task_mask"],
-                                   batch.get("plain_positions"))
+        logits, rec_logits = run_batch(model, batch, plain=True)
         task_loss = torch.nn.functional.cross_entropy(logits, y[batch["rows"]])
         value = task_loss
         sums.add("task_loss", task_loss, len(idx))

@@ -1,9 +1,11 @@
-"""Utility of a text defense under a customization method: train on privatized text, test on the release.
+"""Utility of a defense under a customization method: train on the privatized release, test on the release.
 
 Two steps, in this order, so that the test split cannot reach the choice of the model:
 :func:`customize_service` chooses the learning rate and epoch on validation data carved from the
 privatized training texts and returns the final model (:mod:`rapt_audit.utility.selection`);
-:func:`score_customized` then scores that model on the privatized test texts.
+:func:`score_customized` then scores that model on the privatized test texts. A token-embedding
+release (:class:`~rapt_audit.utility.token_vectors.TokenVectors`) takes the place of the texts in
+both steps; the stored service's key then holds a digest of the released vectors themselves.
 """
 
 from __future__ import annotations
@@ -16,17 +18,25 @@ import numpy as np
 from rapt_audit.api.files import stable_hash
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.classification import classification_utility
-from rapt_audit.utility import customize, on_device, selection, training
+from rapt_audit.utility import customize, on_device, selection, task_model, token_vectors, training
 from rapt_audit.utility.customize import (PlainTokens, TrainedClassifier, TrainSettings, build_task_model,
                                           resolve_settings)
+from rapt_audit.utility.on_device import ServiceInput
 from rapt_audit.utility.selection import resolve_grid, select_and_train
 from rapt_audit.utility.state_cache import cached_state, code_digest
+from rapt_audit.utility.token_vectors import TokenVectors
 
 if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and hands it down
     from rapt_audit.pipeline.context import RunContext
 
 #: The code that customizes the service: its stored weights are reused only by this code.
-CODE_VERSION = code_digest(__file__, customize.__file__, on_device.__file__, selection.__file__, training.__file__)
+CODE_VERSION = code_digest(__file__, customize.__file__, on_device.__file__, selection.__file__, task_model.__file__,
+                           token_vectors.__file__, training.__file__)
+
+
+def inputs_digest(inputs: Sequence[str] | TokenVectors) -> str:
+    """A digest of what the service trains on: the texts, or the released vectors' bytes (other noise, other key)."""
+    return inputs.digest if isinstance(inputs, TokenVectors) else stable_hash(list(inputs))
 
 
 def trained_parameters(model: Any) -> dict[str, Any]:
@@ -35,10 +45,10 @@ def trained_parameters(model: Any) -> dict[str, Any]:
     return {name: value for name, value in model.state_dict().items() if name in trainable}
 
 
-def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method: str, overrides: Mapping[str, Any],
-                      ctx: RunContext, key: str, plain: PlainTokens | None = None, reconstruction: bool = True,
-                      extra_settings: Mapping[str, Any] | None = None, lr_grid: Sequence[float] | None = None,
-                      loaded: Any = None) -> tuple[TrainedClassifier, dict[str, Any]]:
+def customize_service(train_texts: Sequence[str] | TokenVectors, y_train: np.ndarray, *, method: str,
+                      overrides: Mapping[str, Any], ctx: RunContext, key: str, plain: PlainTokens | None = None,
+                      reconstruction: bool = True, extra_settings: Mapping[str, Any] | None = None,
+                      lr_grid: Sequence[float] | None = None, loaded: Any = None) -> tuple[TrainedClassifier, dict[str, Any]]:
     """Customize the public encoder on the privatized training texts, choosing lr and epoch on validation data.
 
     ``overrides["lr"]`` pins the learning rate; ``lr_grid`` replaces the profile's grid. ``loaded``
@@ -78,7 +88,7 @@ def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method
 
     def train() -> tuple[Any, dict[str, Any]]:
         trained, choice = select_and_train(
-            loaded, list(train_texts), y_train, settings, grid=grid, pinned=pinned, n_labels=n_labels,
+            loaded, train_texts, y_train, settings, grid=grid, pinned=pinned, n_labels=n_labels,
             seed=ctx.seed_for("customize", key), split_rng=ctx.rng("validation-split", key), plain=plain,
             reconstruction=reconstruction, progress=advance)
         fresh.append(trained)
@@ -98,7 +108,7 @@ def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method
     # The trained service is stored by everything it depends on, so a run again (or a cell that changes
     # only its attacks) reads it back instead of training again; only what training changed is stored.
     signature = {"kind": "service", "code": CODE_VERSION, "model": loaded.fingerprint, "device": loaded.device,
-                 "texts": stable_hash([list(train_texts), np.asarray(y_train).tolist()]),
+                 "texts": stable_hash([inputs_digest(train_texts), np.asarray(y_train).tolist()]),
                  "settings": settings.to_dict(), "grid": list(grid), "pinned": pinned, "n_labels": n_labels,
                  "seed": ctx.seed, "key": key, "reconstruction": reconstruction,
                  "plain": None if plain is None else [list(plain.words), list(plain.targets), plain.vocabulary_size]}
@@ -115,14 +125,14 @@ def customize_service(train_texts: Sequence[str], y_train: np.ndarray, *, method
     return trained, record
 
 
-def score_customized(trained: TrainedClassifier, test_texts: Sequence[str], y_test: np.ndarray, *, ctx: RunContext,
+def score_customized(trained: TrainedClassifier, test_texts: ServiceInput, y_test: np.ndarray, *, ctx: RunContext,
                      key: str) -> dict[str, Estimate]:
     """Accuracy, macro-F1 and ROC AUC (macro one-vs-rest beyond two classes) of ``trained`` on the test texts.
 
     A test label the training data never showed gets a probability column of zeros: the model cannot
     predict a class it never saw, and that is scored as the error it is.
     """
-    probabilities = trained.predict_proba(list(test_texts))
+    probabilities = trained.predict_proba(test_texts)
     y_test = np.asarray(y_test)
     missing = int(np.max(y_test)) + 1 - probabilities.shape[1] if len(y_test) else 0
     if missing > 0:
@@ -130,4 +140,4 @@ def score_customized(trained: TrainedClassifier, test_texts: Sequence[str], y_te
     return classification_utility(probabilities, y_test, rng=ctx.rng("utility", key))
 
 
-__all__ = ["CODE_VERSION", "customize_service", "score_customized", "trained_parameters"]
+__all__ = ["CODE_VERSION", "customize_service", "inputs_digest", "score_customized", "trained_parameters"]

@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, get_args
+from typing import Any, Literal, Sequence, Union, get_args
 
 import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.encoder.encode import to_device
+from rapt_audit.utility.token_vectors import Embedded, TokenVectors, embed
 from rapt_audit.utility.training import padded_rows
 
 #: Training precisions: ``fp32``, or ``bf16`` (torch.autocast with bfloat16 on the model's device;
@@ -105,22 +106,32 @@ class Tokenized:
                          self.lengths[idx], self.chars[idx], self.plain_count, self.max_length)
 
 
-def tokenize(tokenizer: Any, texts: Sequence[str] | Tokenized, *, plain_count: int, max_length: int,
-             device: str) -> Tokenized:
+#: What the service trains on and answers: texts, a token-embedding release, or either prepared once.
+ServiceInput = Union[Sequence[str], Tokenized, TokenVectors, Embedded]
+
+
+def tokenize(tokenizer: Any, texts: ServiceInput, *, plain_count: int, max_length: int,
+             device: str) -> Tokenized | Embedded:
     """Tokenize ``texts`` once, locating the m plain tokens (the first m words) and the task-head positions.
 
     ``texts`` already tokenized are returned as they are (after checking they were tokenized for the
-    same ``plain_count`` and ``max_length``).
+    same ``plain_count`` and ``max_length``). A token-embedding release (:class:`TokenVectors`) is
+    prepared the same once-only way by :func:`~rapt_audit.utility.token_vectors.embed`.
 
     Raises:
         DataError: a text that does not start with ``plain_count`` words.
-        ValueError: ``texts`` tokenized for other settings, or a tokenizer that pads on the left.
+        ValueError: ``texts`` tokenized for other settings, plain tokens asked of released vectors, or a
+            tokenizer that pads on the left.
     """
-    if isinstance(texts, Tokenized):
+    if isinstance(texts, (Tokenized, Embedded)):
         if (texts.plain_count, texts.max_length) != (plain_count, max_length):
             raise ValueError(f"texts tokenized for {texts.plain_count} plain tokens and max_length "
                              f"{texts.max_length}, not {plain_count} and {max_length}")
         return texts
+    if isinstance(texts, TokenVectors):
+        if plain_count:
+            raise ValueError("a token-embedding release has no plain tokens to locate")
+        return embed(tokenizer, texts, max_length=max_length, device=device)
     if getattr(tokenizer, "padding_side", "right") != "right":  # Tokenized.batch trims padding on the right
         raise ValueError(f"the tokenizer pads on the {tokenizer.padding_side}; customization needs right padding")
     import torch  # lazy (torch)
@@ -184,4 +195,5 @@ class FirstNonFinite:
         return value if seen else None
 
 
-__all__ = ["PRECISIONS", "Precision", "FirstNonFinite", "Tokenized", "autocast", "check_precision", "tokenize"]
+__all__ = ["PRECISIONS", "Precision", "FirstNonFinite", "ServiceInput", "Tokenized", "autocast", "check_precision",
+           "tokenize"]

@@ -52,7 +52,7 @@ import numpy as np
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.utility.customize import (PROFILE_DEFAULTS, PlainTokens, TrainedClassifier, TrainSettings,
                                           train_classifier)
-from rapt_audit.utility.on_device import tokenize
+from rapt_audit.utility.on_device import ServiceInput, tokenize
 from rapt_audit.utility.training import Diverged
 
 #: Share of the training texts held out for validation, and its floor (a 20-example validation split
@@ -185,7 +185,7 @@ def choose(candidates: Sequence[Candidate]) -> Candidate:
     return min(alive, key=Candidate.rank)  # min is stable: the earlier grid entry wins a full tie
 
 
-def select_and_train(loaded: Any, texts: Sequence[str], labels: np.ndarray, settings: TrainSettings, *,
+def select_and_train(loaded: Any, texts: ServiceInput, labels: np.ndarray, settings: TrainSettings, *,
                      grid: Sequence[float], pinned: bool, n_labels: int, seed: int, split_rng: np.random.Generator,
                      plain: PlainTokens | None = None, reconstruction: bool = True,
                      progress: Callable[[int, int], None] | None = None) -> tuple[TrainedClassifier, dict[str, Any]]:
@@ -194,7 +194,8 @@ def select_and_train(loaded: Any, texts: Sequence[str], labels: np.ndarray, sett
     Args:
         loaded, plain, reconstruction, n_labels, progress: As for
             :func:`~rapt_audit.utility.customize.train_classifier`.
-        texts, labels: The privatized training texts and their labels — never test data.
+        texts, labels: The privatized training texts (or token-embedding release) and their labels — never
+            test data.
         settings: Resolved settings; ``epochs`` is the maximum, ``settings.lr`` is ignored.
         grid, pinned: From :func:`resolve_grid`.
         seed: Training seed, the same for every grid entry (only the learning rate differs).
