@@ -129,3 +129,19 @@ def test_seed_intervals_of_bounded_metrics_stay_in_range(tmp_path):
     # (tests/test_plugin_isolation.py).
     privacy = table[(table["kind"] == "privacy")].iloc[0]
     assert (privacy["ci_low"], privacy["ci_high"]) == pytest.approx((0.0, 1.0))
+
+
+def test_a_per_attribute_measure_reads_its_base_declaration():
+    """``attribute_privacy.gender`` is higher-is-better and ``attribute_accuracy.gender`` not, as declared."""
+    import dataclasses
+
+    import rapt_audit.attacks.attribute  # noqa: F401 - declares the attribute metrics
+    from rapt_audit.api.types import AttackResult
+    from tests.result_factory import est
+
+    result = fake_result(privacy={"whitebox": 0.4})
+    outcome = AttackResult(est(0.9), {"attribute_privacy.gender": est(0.9), "attribute_accuracy.gender": est(0.55)},
+                           {})
+    frame = dataclasses.replace(result, attacks={"attribute_gender": outcome}).to_frame()
+    direction = dict(zip(frame["measure"], frame["higher_is_better"]))
+    assert bool(direction["attribute_privacy.gender"]) is True and bool(direction["attribute_accuracy.gender"]) is False

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from rapt_audit.api.plugins import load as load_plugins
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
-from rapt_audit.scoring.metrics import METRICS
+from rapt_audit.scoring.metrics import declared
 
 if TYPE_CHECKING:  # results.py imports this module; the type is only named here
     import pandas as pd
@@ -64,8 +64,11 @@ def setting_columns(result: RunResult) -> dict[str, Any]:
 
 
 def _direction(measure: str) -> bool | None:
-    """Whether a higher value is better for the defender, as the metric's declaration says (None if undeclared)."""
-    return METRICS.get(measure).higher_is_better if measure in METRICS else None
+    """Whether a higher value is better for the defender, as the metric's declaration says (None if undeclared).
+
+    A per-variant name (``attribute_privacy.gender``) reads its base's declaration."""
+    found = declared(measure)
+    return None if found is None else found.higher_is_better
 
 
 def cell_value(value: Any) -> Any:
