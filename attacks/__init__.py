@@ -4,7 +4,7 @@ One module per attack. Helpers shared by several attacks sit beside them with a 
 ``_base`` (disjointness and size checks, adaptive releases), ``_token_views`` (token-level views of a
 release for the inversion attacks) and ``_ner_tags``; aligning original and released units is
 :mod:`rapt_audit.mechanisms.align` (privacy-adaptive pretraining aligns them too). Attacks may import every core layer
-except ``reporting``, and from ``pipeline`` only the ``RunContext`` they are handed; they read the
+below ``pipeline`` (the ``ctx`` they are handed is typed by :class:`rapt_audit.api.context.RunContext`); they read the
 vocabulary and embeddings from :mod:`rapt_audit.encoder` and re-run a defense only through its
 public ``release``.
 """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import AttackerData, Record, Release
-from rapt_audit.pipeline.context import RunContext
 
 
 def check_disjoint(aux: AttackerData, truth: Sequence[Record]) -> None:

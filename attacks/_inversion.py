@@ -9,6 +9,9 @@ holds the parameters this takes and the three steps that do not depend on the ne
   through the defense, as token views and units;
 * :meth:`~LearnedTokenInversion._train` — the one training loop
   (:func:`rapt_audit.utility.training.fit`) with early stopping on attacker-valid data;
+* :meth:`~LearnedTokenInversion._trained_or_read` — the trained network read back from the disk
+  cache when the same released features were trained on before (issue #29: a sweep's re-run, an
+  added attack, a warm smoke run), else trained and stored;
 * :meth:`~LearnedTokenInversion._victim_views` — the victim release as views, after checking that
   the attack was fitted, that the data are disjoint and that the release is of the trained kind.
 """
@@ -16,21 +19,28 @@ holds the parameters this takes and the three steps that do not depend on the ne
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError, UsageError
-from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat, PositiveInt
+from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat, PositiveInt, get_params
 from rapt_audit.api.types import AttackerData, Record, Release, Skip
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
 from rapt_audit.attacks._token_views import TokenView, Units, build_views, release_kind, units_of, views_for
+from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
+from rapt_audit.utility.state_cache import cached_state, code_digest
 from rapt_audit.utility.training import EarlyStopping, TrainOutcome, adam, fit, shuffled, supervised_loss
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.pipeline.context import RunContext
+
+#: The code that builds and trains the inversion networks (cached weights are reused only by it).
+CODE_VERSION = code_digest(__file__, training.__file__, *(Path(__file__).with_name(m) for m in (
+    "mlp_inversion.py", "ae_inversion.py", "_token_views.py")))
 
 
 @dataclass
@@ -112,6 +122,41 @@ class LearnedTokenInversion(CheckedParams):
                    optimizer=adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay, fused=True),
                    stop=EarlyStopping(int(self.epochs), valid_score, patience=int(self.patience), untrained=True),
                    autocast=functools.partial(autocast, ctx.device, ctx.precision))
+
+    def _trained_or_read(self, train_feats: np.ndarray, train_units: Units, valid_feats: np.ndarray,
+                         valid_units: Units, *, train: Callable[[], dict[str, Any]], ctx: RunContext
+                         ) -> tuple[dict[str, Any], bool]:
+        """Train ``self._net`` (already built, seeded) with ``train``, or load the weights stored for the same inputs.
+
+        The weights depend on the released features of the attacker's train and valid records and their
+        aligned targets (which hold the defense, its parameter and the attacker's records), the attack's
+        parameters, the public model, the seed, the device, the precision and this code; a run that meets
+        the same release again (a re-run, an added attack, a warm smoke run) reads back the very weights
+        training wrote, so results do not change. ``train`` returns a JSON-able record of the training
+        (epoch scores and the like), which is stored with the weights and returned on a hit.
+
+        Returns:
+            The training record and whether the weights came from the cache.
+        """
+        digest = hashlib.sha256()
+        for array in (train_feats, train_units.target_row, train_units.source,
+                      valid_feats, valid_units.target_row, valid_units.source):
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype}{array.shape}".encode("ascii"))
+            digest.update(array.tobytes())
+        signature = {"attack": self.name, "params": get_params(self), "data": digest.hexdigest(),
+                     "model": ctx.encoder().fingerprint, "seed": ctx.seed, "device": ctx.device,
+                     "precision": ctx.precision, "code": CODE_VERSION}
+        net = self._net
+
+        def restore(state: dict[str, Any]) -> Any:
+            net.load_state_dict(state)
+            net.eval()  # as training leaves it (utility.training.fit ends in eval mode): no dropout when scoring
+            return net
+
+        _, record, cached = cached_state(ctx.cache_dir / "attacks", signature, device=ctx.device,
+                                         train=lambda: (net, train()), restore=restore)
+        return record, cached
 
     def _victim_views(self, release: Release, truth: Sequence[Record], *, ctx: RunContext
                       ) -> tuple[list[TokenView], Units]:

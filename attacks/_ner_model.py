@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.pipeline.context import RunContext
+from rapt_audit.api.context import RunContext
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.state_cache import code_digest

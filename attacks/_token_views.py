@@ -21,10 +21,11 @@ attacks (``attacks/_inversion.py``); torch is imported lazily inside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.types import Estimate, Record, Release, Skip, pair_text
 from rapt_audit.mechanisms.align import align
 from rapt_audit.encoder.encode import input_rows, padded_inputs, to_device, token_id_lists
@@ -32,8 +33,6 @@ from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.pipeline.context import RunContext
 
 metric("token_accuracy_top5", "attack", False,
        "fraction of original tokens among the attacker's five best guesses (top-5 token recovery)")

@@ -7,15 +7,16 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import PositiveInt
 from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
 from rapt_audit.attacks._inversion import LearnedTokenInversion
 from rapt_audit.attacks._token_views import Units, accuracy, aligned_fraction, features, per_record_mean
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.nn_search import vocabulary_index
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.utility.on_device import autocast
 
@@ -51,8 +52,9 @@ class AEInversionAttack(LearnedTokenInversion):
     learned nothing scores about that much.
     """
 
-    name: ClassVar[str] = "ae_inversion"
     requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
+    threat_model: ClassVar[ThreatModel] = ThreatModel(knows=("release", "mechanism", "public_model"), adaptive=True,
+                                                      auxiliary=("attacker_split",))
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "smoke": {"hidden": 128, "latent": 64, "epochs": 5, "batch_size": 512, "context": False, "patience": 2},
         "cpu": {"hidden": 512, "latent": 256, "epochs": 15, "context": False},
@@ -83,7 +85,8 @@ class AEInversionAttack(LearnedTokenInversion):
 
         train_views, valid_views, train_units, valid_units = self._attacker_data(aux, defense, ctx=ctx)
         space = embedding_space(ctx)
-        x = features(train_views, ctx=ctx, context=self.context)[train_units.source[train_units.aligned]]
+        train_feats = features(train_views, ctx=ctx, context=self.context)
+        x = train_feats[train_units.source[train_units.aligned]]
         valid_feats = features(valid_views, ctx=ctx, context=self.context)
         y = np.asarray(space.vectors[train_units.target_row[train_units.aligned]], dtype=np.float32)
         self._standardise_with(x)
@@ -103,12 +106,17 @@ class AEInversionAttack(LearnedTokenInversion):
                 err = self._reconstruct(valid_feats, valid_units, ctx) - valid_targets
                 return -float((err * err).sum(axis=1).mean())
 
-            outcome = self._train(x, y, criterion=torch.nn.functional.mse_loss, valid_score=neg_valid_mse,
-                                  seed=seed, ctx=ctx)
+            def train() -> dict[str, Any]:
+                outcome = self._train(x, y, criterion=torch.nn.functional.mse_loss, valid_score=neg_valid_mse,
+                                      seed=seed, ctx=ctx)
+                return {"best_epoch": outcome.best_epoch, "scores": [round(-v, 5) for v in outcome.scores]}
+
+            record, cached = self._trained_or_read(train_feats, train_units, valid_feats, valid_units, train=train,
+                                                   ctx=ctx)
         self._fit_details = {"release_kind": self._kind, "train_tokens": int(len(y)),
-                             "valid_tokens": int(valid_units.source.size), "best_epoch": outcome.best_epoch,
-                             "valid_mse_by_epoch": [round(-v, 5) for v in outcome.scores],
-                             "context": bool(self.context), "input_dim": int(x.shape[1])}
+                             "valid_tokens": int(valid_units.source.size), "best_epoch": record["best_epoch"],
+                             "valid_mse_by_epoch": record["scores"], "context": bool(self.context),
+                             "input_dim": int(x.shape[1]), "model_from_cache": cached}
         return self
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:

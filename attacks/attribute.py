@@ -9,13 +9,14 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import CheckedParams, PositiveFloat, PositiveInt
 from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
 from rapt_audit.encoder.encode import input_table, token_id_lists
 from rapt_audit.encoder.models import one_thread
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.classification import accuracy_estimate, chance_scores, macro_f1_estimate
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.utility.on_device import autocast
@@ -87,8 +88,9 @@ class AttributeInferenceAttack(CheckedParams):
     every attribute; ``paper_privacy`` keeps the paper's column for comparison with it.
     """
 
-    name: ClassVar[str] = "attribute"
     requires: ClassVar[frozenset[str]] = RELEASE_KINDS
+    threat_model: ClassVar[ThreatModel] = ThreatModel(knows=("release", "mechanism", "public_model"), adaptive=True,
+                                                      auxiliary=("attacker_split",))
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 15}, "cpu": {"epochs": 30}}
 
     attribute: str = "gender"
@@ -209,7 +211,6 @@ class AttributeInferenceAttack(CheckedParams):
 class GenderInferenceAttack(AttributeInferenceAttack):
     """Attribute inference of gender (RAPT v3 Sec. IV-A2, after Plant et al., EMNLP 2021)."""
 
-    name: ClassVar[str] = "attribute_gender"
     attribute: str = "gender"
 
 
@@ -218,5 +219,4 @@ class GenderInferenceAttack(AttributeInferenceAttack):
 class AgeInferenceAttack(AttributeInferenceAttack):
     """Attribute inference of the age bin (RAPT v3 Sec. IV-A2, after Plant et al., EMNLP 2021)."""
 
-    name: ClassVar[str] = "attribute_age"
     attribute: str = "age"

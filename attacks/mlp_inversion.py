@@ -9,14 +9,15 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Dropout, PositiveFloat, PositiveInt
 from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
 from rapt_audit.attacks._inversion import LearnedTokenInversion
 from rapt_audit.attacks._token_views import TokenView, Units, accuracy, aligned_fraction, features
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.encoder.vocab import embedding_space
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.on_device import autocast
 
 _PREDICT_BATCH = 4096
@@ -56,8 +57,9 @@ class MLPInversionAttack(LearnedTokenInversion):
     inversion at low noise (SST-2, 2,000 attacker records, embedding η = 125: 0.54 vs 0.98).
     """
 
-    name: ClassVar[str] = "mlp_inversion"
     requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
+    threat_model: ClassVar[ThreatModel] = ThreatModel(knows=("release", "mechanism", "public_model"), adaptive=True,
+                                                      auxiliary=("attacker_split",))
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "smoke": {"hidden": 128, "epochs": 5, "batch_size": 512, "max_classes": 1000, "context": False,
                   "patience": 2},
@@ -171,7 +173,8 @@ class MLPInversionAttack(LearnedTokenInversion):
         x = feats[train_units.source[train_units.aligned]][keep]
         self._standardise_with(x)
         x, y = self._inputs(train_views, train_units, ctx, feats)[keep], y[keep]
-        valid_x = self._inputs(valid_views, valid_units, ctx)
+        valid_feats = features(valid_views, ctx=ctx, context=self.context)
+        valid_x = self._inputs(valid_views, valid_units, ctx, valid_feats)
         seed = ctx.seed_for("attack", self.name, "train")
         space = embedding_space(ctx)
         # Initial sharpness of the nearest-neighbour head: 1/σ² of a Gaussian fit to the release error
@@ -192,17 +195,21 @@ class MLPInversionAttack(LearnedTokenInversion):
                     guess[valid_units.aligned] = self._predict(valid_x, 1, ctx)[:, 0]
                 return float((guess == valid_units.target_row).mean())
 
-            if self.nn_head:  # the Gaussian scale is a poor likelihood for text releases: tune it first
-                scale = self._calibrate_scale(scale, valid_accuracy)
-            outcome = self._train(x, y, criterion=torch.nn.functional.cross_entropy, valid_score=valid_accuracy,
-                                  seed=seed, ctx=ctx)
+            def train() -> dict[str, Any]:
+                initial = self._calibrate_scale(scale, valid_accuracy) if self.nn_head else None  # the Gaussian
+                # scale is a poor likelihood for text releases: tuned first
+                outcome = self._train(x, y, criterion=torch.nn.functional.cross_entropy,
+                                      valid_score=valid_accuracy, seed=seed, ctx=ctx)
+                return {"best_epoch": outcome.best_epoch, "scores": [round(v, 4) for v in outcome.scores],
+                        "initial_scale": initial}
+
+            record, cached = self._trained_or_read(feats, train_units, valid_feats, valid_units, train=train, ctx=ctx)
         self._fit_details = {
             "release_kind": self._kind, "classes": len(ranked), "train_tokens": int(len(y)),
             "train_tokens_outside_classes": int((~keep).sum()), "valid_tokens": int(valid_units.source.size),
-            "best_epoch": outcome.best_epoch,
-            "valid_token_accuracy_by_epoch": [round(v, 4) for v in outcome.scores],
+            "best_epoch": record["best_epoch"], "valid_token_accuracy_by_epoch": record["scores"],
             "context": bool(self.context), "nn_head": bool(self.nn_head), "feature_dim": int(self._mean.shape[1]),
-            "initial_scale": scale if self.nn_head else None}
+            "initial_scale": record["initial_scale"], "model_from_cache": cached}
         return self
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:

@@ -9,14 +9,15 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import CheckedParams, PositiveInt, Range
 from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import AttackerData, AttackResult, Estimate, Record, Release, Skip
 from rapt_audit.attacks._base import check_disjoint
 from rapt_audit.attacks._token_views import TokenView, views_for
 from rapt_audit.encoder.vocab import embedding_space
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
 
@@ -101,8 +102,9 @@ class MutualInfoAttack(CheckedParams):
     flags it. The raw estimate still orders mechanisms and η as SnD uses it.
     """
 
-    name: ClassVar[str] = "mutual_info"
     requires: ClassVar[frozenset[str]] = frozenset({"token_embeddings"})
+    threat_model: ClassVar[ThreatModel] = ThreatModel(knows=("release", "public_model", "originals"),
+                                                      note="a leakage estimator, not an adversary")
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"max_tokens": 3000}, "cpu": {"max_tokens": 12000}}
 
     k: PositiveInt = 3

@@ -31,9 +31,11 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.params import CheckedParams, PositiveFloat, PositiveInt, get_params
 from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import AttackerData, AttackResult, Estimate, PerRecord, Record, Release, Skip
 from rapt_audit.mechanisms.align import align
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
@@ -45,7 +47,6 @@ from rapt_audit.mechanisms.analyses import entity_spans
 from rapt_audit.mechanisms.analysis_pack import installed_key
 from rapt_audit.mechanisms.engines import tagger
 from rapt_audit.mechanisms.pos import spacy_entity_spans
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_statistic
 
@@ -115,7 +116,6 @@ def reference_tags(truth: Sequence[Record], words: Sequence[Sequence[Word]], *,
 class NERAttackBase(CheckedParams):
     """Shared scoring of the NER attacks; subclasses implement :meth:`tag` (tags of released words)."""
 
-    name: ClassVar[str] = "ner_base"
     requires: ClassVar[frozenset[str]] = frozenset({"texts"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
@@ -189,7 +189,10 @@ class TrainedNERAttack(NERAttackBase):
     _model: Any = field(default=None, init=False, repr=False)
     _labels: list[str] = field(default_factory=list, init=False, repr=False)
 
-    adaptive: ClassVar[bool] = False
+    #: Trained on clean text: the attacker's own gold-annotated records, else CoNLL-2003's training split.
+    threat_model: ClassVar[ThreatModel] = ThreatModel(
+        knows=("release", "public_model"), auxiliary=("attacker_split", "public_data"),
+        note="a token classifier fine-tuned on clean text")
 
     def _training_records(self, aux: AttackerData, ctx: RunContext) -> tuple[list[Record], str]:
         """The attacker's own gold-annotated records when it has them, else CoNLL-2003's training split."""
@@ -215,7 +218,7 @@ class TrainedNERAttack(NERAttackBase):
         self._used = AttackerData(tuple(aux.train) + tuple(records), tuple(aux.valid))
         words = [tokenize_words(r.text) for r in records]
         tags = [spans_to_tags(w, r.entities) for w, r in zip(words, records)]
-        if self.adaptive:
+        if self.threat_model.adaptive:
             released = adaptive_release(defense, records, ctx=ctx).user_texts()
             if released is None:
                 raise Skip(f"{self.name} trains on released texts; defense {defense.name} releases none")
@@ -238,7 +241,8 @@ class TrainedNERAttack(NERAttackBase):
             train=lambda: (train_token_classifier(self, texts, tags, ctx=ctx), {}),
             restore=lambda state: token_classifier(self, ctx=ctx, state=state))
         self._fit_details = {"train_source": source, "train_sentences": len(records), "labels": self._labels,
-                             "epochs": self.epochs, "adaptive": self.adaptive, "model_from_cache": cached}
+                             "epochs": self.epochs, "adaptive": self.threat_model.adaptive,
+                             "model_from_cache": cached}
         return self
 
     def tag(self, texts: Sequence[str], words: Sequence[Sequence[Word]], *, ctx: RunContext) -> list[list[str]]:
@@ -276,11 +280,10 @@ class NERAttack(TrainedNERAttack):
     Scoring: see the module docstring.
     """
 
-    name: ClassVar[str] = "ner"
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = _PROFILES
 
 
-@ATTACKS.register("ner_adaptive", tags=("extraction", "ner", "adaptive"))
+@ATTACKS.register("ner_adaptive", tags=("extraction", "ner"))
 @dataclass
 class AdaptiveNERAttack(TrainedNERAttack):
     """Adaptive NER attack (RAPT v3 Sec. IV-A3 with a Kerckhoffs attacker): trained on privatized text.
@@ -291,9 +294,10 @@ class AdaptiveNERAttack(TrainedNERAttack):
     entities sit in privatized text. Scoring: see the module docstring.
     """
 
-    name: ClassVar[str] = "ner_adaptive"
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = _PROFILES
-    adaptive: ClassVar[bool] = True
+    threat_model: ClassVar[ThreatModel] = ThreatModel(
+        knows=("release", "mechanism", "public_model"), adaptive=True, auxiliary=("attacker_split", "public_data"),
+        note="a token classifier fine-tuned on the defense's release of its training sentences")
 
 
 @ATTACKS.register("ner_spacy", tags=("extraction", "ner", "off-the-shelf"))
@@ -307,7 +311,7 @@ class SpacyNERAttack(NERAttackBase):
     construction. Scoring: see the module docstring.
     """
 
-    name: ClassVar[str] = "ner_spacy"
+    threat_model: ClassVar[ThreatModel] = ThreatModel(knows=("release",), note="spaCy's off-the-shelf NER model")
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> SpacyNERAttack:
         """Nothing to train; loads the spaCy pipeline."""

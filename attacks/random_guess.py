@@ -9,9 +9,10 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.stats import bootstrap_mean
 
 _WORD = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
@@ -33,8 +34,9 @@ class RandomGuessAttack:
     ``1 - token_accuracy``. Attribute accuracies are reported next to it.
     """
 
-    name: ClassVar[str] = "random_guess"
     requires: ClassVar[frozenset[str]] = RELEASE_KINDS
+    threat_model: ClassVar[ThreatModel] = ThreatModel(knows=(), auxiliary=("attacker_split",),
+                                                      note="a baseline: it ignores the release")
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     _vocab: list[str] = field(default_factory=list, init=False, repr=False)

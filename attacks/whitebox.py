@@ -8,9 +8,11 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import CheckedParams, Range
 from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
 from rapt_audit.attacks._base import check_disjoint
 from rapt_audit.attacks._token_views import (
@@ -23,7 +25,6 @@ from rapt_audit.attacks._token_views import (
 )
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.nn_search import vocabulary_index
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.metrics import METRICS, metric
 
 
@@ -60,8 +61,8 @@ class WhiteboxAttack(CheckedParams):
     asserted.
     """
 
-    name: ClassVar[str] = "whitebox"
     requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
+    threat_model: ClassVar[ThreatModel] = ThreatModel(knows=("release", "public_model"))
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {}, "cpu": {}}
 
     topk: Annotated[int, Range(2, note="top-1 is token_accuracy")] = 5

@@ -1,7 +1,10 @@
 """The service's customization, shared by every defense whose utility customizes the public encoder.
 
-The text defenses (T2T, PCT2T, RAPT), ``identity`` (the no-privacy ceiling of each method) and the
-token-embedding defense ``embedding`` take the same parameters and train the same way:
+These settings are the service's, not the defense's: they say how the service trains on what the
+user sends (and so set the utility measured), never what is released, which no attack therefore
+depends on. The text defenses (T2T, PCT2T, RAPT and any plugin on
+:class:`~rapt_audit.defenses._text.TextDefense`), ``identity`` (the no-privacy ceiling of each method)
+and the token-embedding defense ``embedding`` take the same settings and train the same way:
 :class:`Customized` holds them, checks them once, and runs the two steps in the order that keeps the
 test split unread until the model is final — :func:`~rapt_audit.utility.customized.customize_service`
 (learning rate and epoch chosen on a validation split of the training texts), then
@@ -10,15 +13,15 @@ test split unread until the model is final — :func:`~rapt_audit.utility.custom
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Literal, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, CheckedParams, PositiveInt
 from rapt_audit.api.types import Estimate
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.customize import PlainTokens, check_method, check_positions, resolve_settings
 from rapt_audit.utility.customized import customize_service, score_customized
 from rapt_audit.utility.on_device import Precision
@@ -40,6 +43,9 @@ def check_optional_lr_grid(values: tuple[float, ...] | None) -> tuple[float, ...
 class Customized(CheckedParams):
     """Parameters and steps of the service's customization (a base class of defenses).
 
+    A parameter group (``parameter_group``): its settings come after the defense's own parameters in
+    ``rapt-audit ls --params`` and in a result's ``params``.
+
     Attributes:
         method: ``bow`` or the customization method of the service's utility model.
         epochs: Maximum training epochs; the epoch is chosen by early stopping on a validation split
@@ -52,6 +58,8 @@ class Customized(CheckedParams):
         precision: ``fp32`` or ``bf16`` for the service's customization alone (None: the run's
             ``--precision``, by default bf16 mixed precision where the CPU or GPU computes it natively).
     """
+
+    parameter_group: ClassVar[str] = "the service's customization"
 
     method: Annotated[str, Check(check_text_method)] = "bow"
     epochs: int | None = None
@@ -99,4 +107,7 @@ class Customized(CheckedParams):
         return score_customized(trained, test_texts, y_test, ctx=ctx, key=key)
 
 
-__all__ = ["Customized", "check_optional_lr_grid", "check_text_method"]
+#: The names of the service's customization settings (every defense on :class:`Customized` takes them).
+SERVICE_PARAMETERS = frozenset(f.name for f in fields(Customized) if f.init)
+
+__all__ = ["SERVICE_PARAMETERS", "Customized", "check_optional_lr_grid", "check_text_method"]

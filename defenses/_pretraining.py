@@ -24,27 +24,28 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.params import get_params, scoped_parameter
 from rapt_audit.data import load_dataset
+from rapt_audit.defenses._customization import SERVICE_PARAMETERS
 from rapt_audit.mechanisms.align import align
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.pretraining import AlignedText, pretrain_encoder, resolve_pretrain_settings
 from rapt_audit.utility.state_cache import cached_state, state_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.defenses._text import TextDefense
+    from rapt_audit.defenses._dchi_text import DchiTextDefense
 
 #: Parameters of a text defense that shape the service's training, not the mechanism (left out of the
 #: pretraining cache key and of the stored privatized texts' key: a cell that changes only these reuses
 #: the adapted encoder and the texts). ``eta`` and ``replacement`` enter those keys as the effective η.
-TRAINING_PARAMETERS = frozenset({"method", "epochs", "lr", "lr_grid", "patience", "batch_size", "max_length",
-                                 "virtual_tokens", "precision", "eta", "replacement", "rec_hidden", "rec_weight",
-                                 "reconstruction", "rec_vocab"})
+TRAINING_PARAMETERS = SERVICE_PARAMETERS | {"eta", "replacement", "rec_hidden", "rec_weight", "reconstruction",
+                                             "rec_vocab"}
 
 
-def mechanism_parameters(defense: TextDefense) -> dict[str, Any]:
-    """The parameters of ``defense`` that shape what it releases (all but the training's and pretraining's)."""
+def mechanism_parameters(defense: Any) -> dict[str, Any]:
+    """The parameters of the text defense ``defense`` that shape what it releases (all but the training's and
+    pretraining's)."""
     return {k: v for k, v in get_params(defense).items()
             if k not in TRAINING_PARAMETERS and not k.startswith("pretrain")}
 
@@ -90,7 +91,7 @@ def _read_corpus(ctx: RunContext, path: str | None) -> tuple[str, str, list[str]
     return dataset.name, dataset.fingerprint, [r.text for r in dataset.records]
 
 
-def aligned_privatizations(defense: TextDefense, texts: Sequence[str], *, copies: int, eta: float,
+def aligned_privatizations(defense: DchiTextDefense, texts: Sequence[str], *, copies: int, eta: float,
                            rng: np.random.Generator, ctx: RunContext) -> list[AlignedText]:
     """Each text privatized ``copies`` times with the defense's mechanism, aligned word by word with the original.
 
@@ -114,7 +115,7 @@ def aligned_privatizations(defense: TextDefense, texts: Sequence[str], *, copies
     return out
 
 
-def adapted_encoder(defense: TextDefense, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
+def adapted_encoder(defense: DchiTextDefense, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
     """The service's encoder after privacy-adaptive pretraining (from the cache when it was trained before).
 
     Returns:

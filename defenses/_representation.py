@@ -16,17 +16,15 @@ The clean pooled vectors come from :mod:`rapt_audit.encoder.encode` and the scor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.params import CheckedParams, Dropout, PositiveFloat, PositiveInt
 from rapt_audit.api.types import Record
 from rapt_audit.mechanisms.noise import check_privacy_parameter, privatize_laplace
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.pipeline.context import RunContext
 
 
 def minmax_rows(x: np.ndarray) -> np.ndarray:
@@ -94,8 +92,6 @@ def datasets_with(attribute: str) -> list[str]:
              "age": ["trustpilot", "trustpilot_uk", "blogs", "synthetic"],
              "location": ["trustpilot_uk"]}
     return known.get(attribute, ["none of the built-in datasets"])
-
-
 
 
 class LaplaceRelease:

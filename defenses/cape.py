@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError, PrivacyParameterError, UsageError
 from rapt_audit.api.params import Check, CheckedParams, Dropout, PositiveFloat, PositiveInt, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -15,7 +16,6 @@ from rapt_audit.defenses._representation import LaplaceRelease, check_sensitivit
 from rapt_audit.encoder.encode import cached_pooled
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import check_epsilon
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.classification import classification_utility
 from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.probes import require_labels
@@ -63,7 +63,6 @@ class CapeDefense(CheckedParams, LaplaceRelease):
     dropout 0.4, lr 1e-3, 20 epochs, batch 64.
     """
 
-    name: ClassVar[str] = "cape"
     exposes: ClassVar[frozenset[str]] = frozenset({"sequence_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 3, "hidden": 32}}
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import PrivacyParameterError, UsageError
 from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -20,7 +21,6 @@ from rapt_audit.defenses._representation import (
 )
 from rapt_audit.encoder.encode import cached_pooled
 from rapt_audit.mechanisms.noise import check_epsilon
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.classification import classification_utility
 from rapt_audit.utility.probes import require_labels
 
@@ -46,7 +46,6 @@ class DpnrDefense(TaskClassifier, LaplaceRelease):
     Defaults: RAPT Fig. 7's DPNR (μ = 0.1, ε = 5).
     """
 
-    name: ClassVar[str] = "dpnr"
     exposes: ClassVar[frozenset[str]] = frozenset({"sequence_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 3, "hidden": 32}}
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
@@ -17,7 +18,6 @@ from rapt_audit.encoder.encode import pooled_from_embeddings
 from rapt_audit.mechanisms.calibration import ReplacementCount
 from rapt_audit.mechanisms.engines import token_engine
 from rapt_audit.mechanisms.noise import check_eta, dchi_noise
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.customize import METHODS, check_method
 from rapt_audit.utility.probes import probe_utility, require_labels
 from rapt_audit.utility.token_vectors import TokenVectors
@@ -73,7 +73,6 @@ class EmbeddingDefense(Customized):
             customization (:class:`~rapt_audit.defenses._customization.Customized`).
     """
 
-    name: ClassVar[str] = "embedding"
     exposes: ClassVar[frozenset[str]] = frozenset({"token_embeddings"})
     #: One epoch keeps the smoke profile (CI, conformance tests) to seconds, as for RAPT.
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 1}}

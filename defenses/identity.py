@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release, pair_text
 from rapt_audit.defenses._customization import Customized
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.probes import bow_probe_utility, require_labels
 
 
@@ -28,7 +28,6 @@ class IdentityDefense(Customized):
             customization (:class:`~rapt_audit.defenses._customization.Customized`).
     """
 
-    name: ClassVar[str] = "identity"
     exposes: ClassVar[frozenset[str]] = frozenset({"texts"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 

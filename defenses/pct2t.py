@@ -5,24 +5,24 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Sequence
+from typing import Annotated, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
-from rapt_audit.defenses._text import TextDefense
+from rapt_audit.defenses._dchi_text import DchiTextDefense
 from rapt_audit.mechanisms.calibration import ReplacementCount
 from rapt_audit.mechanisms.analyses import pos_tags
 from rapt_audit.mechanisms.engines import word_engine
 from rapt_audit.mechanisms.pos import DEFAULT_CATEGORIES, TaggedWord, category_of, resolve_categories
 from rapt_audit.mechanisms.privatize import normalize_word
-from rapt_audit.pipeline.context import RunContext
 
 
 @DEFENSES.register("pct2t", tags=("text", "dchi", "pos"))
 @dataclass
-class PCT2TDefense(TextDefense):
+class PCT2TDefense(DchiTextDefense):
     """PCT2T (Li, Tan, Branco, Liu, RAPT v3 Sec. III-A2): dχ word replacement within POS categories.
 
     Words are tagged with spaCy's tagger. Only words in the selected categories are perturbed: a
@@ -38,7 +38,6 @@ class PCT2TDefense(TextDefense):
     punctuation, other, or ``all``.
     """
 
-    name: ClassVar[str] = "pct2t"
     categories: Annotated[tuple[str, ...], Check(resolve_categories)] = DEFAULT_CATEGORIES
 
     def privatize_words(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator, ctx: RunContext

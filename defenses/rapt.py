@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -14,7 +15,6 @@ from rapt_audit.api.types import Record, Release
 from rapt_audit.defenses.pct2t import PCT2TDefense
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.engines import pos_groups, word_engine
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.utility.customize import METHODS, PlainTokens, check_method
 
 
@@ -55,7 +55,6 @@ class RAPTDefense(PCT2TDefense):
     PCT2T + the customization method).
     """
 
-    name: ClassVar[str] = "rapt"
     #: At most one epoch keeps the smoke profile (CI, conformance tests) to seconds; the validation split
     #: is still carved and scored, so the smoke run goes through the same selection code as the others.
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 1}}
@@ -97,9 +96,8 @@ class RAPTDefense(PCT2TDefense):
             self._plain_categories = [category_of_word[w] for w in words]
         return self._plain, self._plain_categories
 
-    def add_public_prefix(self, texts: list[str], *, eta: float, rng: np.random.Generator,
-                          ctx: RunContext) -> list[str]:
-        """Prepend each text's own PCT2T privatization of the plain tokens (fresh noise per text).
+    def add_public_prefix(self, texts: list[str], *, rng: np.random.Generator, ctx: RunContext) -> list[str]:
+        """Prepend each text's own PCT2T privatization of the plain tokens at the η in force (fresh noise per text).
 
         An empty text stays empty: the user sends nothing, so there is nothing to prefix.
         """
@@ -110,7 +108,7 @@ class RAPTDefense(PCT2TDefense):
         plain, categories = self.plain(ctx)
         m = len(plain.words)
         released, _ = word_engine(ctx, "pos").privatize_words(list(plain.words) * len(sent), categories * len(sent),
-                                                              eta=eta, rng=rng)
+                                                              eta=self.effective_eta(ctx), rng=rng)
         out = list(texts)
         for k, i in enumerate(sent):
             out[i] = " ".join(released[k * m:(k + 1) * m]) + " " + texts[i]

@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.params import Check, PositiveFloat, PositiveInt, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -17,7 +18,6 @@ from rapt_audit.defenses._representation import TaskClassifier
 from rapt_audit.encoder.encode import cached_pooled, input_table, pooled_from_embeddings, token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.noise import check_eta
-from rapt_audit.pipeline.context import RunContext
 from rapt_audit.scoring.classification import classification_utility
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
@@ -66,7 +66,6 @@ class SndDefense(TaskClassifier):
     nearest-neighbour attacker that rescales before searching; read that column for SnD.
     """
 
-    name: ClassVar[str] = "snd"
     exposes: ClassVar[frozenset[str]] = frozenset({"token_embeddings", "sequence_embeddings"})
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "smoke": {"public_size": 80, "denoiser_epochs": 2, "d_model": 32, "d_ff": 64, "layers": 1,

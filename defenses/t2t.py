@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal, Sequence
+from typing import Annotated, Literal, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
-from rapt_audit.defenses._text import TextDefense
+from rapt_audit.defenses._dchi_text import DchiTextDefense
 from rapt_audit.mechanisms.calibration import ReplacementCount
 from rapt_audit.mechanisms.analyses import words
 from rapt_audit.mechanisms.engines import token_engine, word_engine
 from rapt_audit.mechanisms.privatize import check_unk_policy
-from rapt_audit.pipeline.context import RunContext
 
 
 @DEFENSES.register("t2t", tags=("text", "dchi"))
 @dataclass
-class T2TDefense(TextDefense):
+class T2TDefense(DchiTextDefense):
     """T2T privatization (Feyisetan et al., WSDM 2020; Qu et al., CIKM 2021 M_txt).
 
     Each unit's embedding receives dχ noise (density ∝ exp(-η‖z‖)) and is replaced by the nearest
@@ -29,7 +29,6 @@ class T2TDefense(TextDefense):
     :mod:`rapt_audit.mechanisms.privatize`). The number of units is released as is (length is not protected).
     """
 
-    name: ClassVar[str] = "t2t"
     unit: Literal["token", "word"] = "token"
     unk_policy: Annotated[str, Check(check_unk_policy)] = "privatize"
 

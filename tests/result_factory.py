@@ -8,10 +8,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
+from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.types import AttackResult, Estimate, Skip
+from rapt_audit.benchmark.plan import plan_cells
+from rapt_audit.benchmark.run import INDEX_FILE, index_document
+from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.pipeline.results import SYNTHETIC_WARNING, RunResult, write_result
 
 SIG_A = "data:sst2@aaaaaaaa|splits:200/100/200/100|model:minilm@53aa5117|profile:smoke|attacks:11111111|v:0.1"
@@ -74,3 +79,36 @@ def t2t_sweep(root: Path, **kw: object) -> Path:
              "eta=inf": fake_result(eta=math.inf, accuracy=0.85, privacy={"whitebox": 0.0, "random_guess": 0.95},
                                     **kw)}
     return write_sweep(root, cells)
+
+
+def benchmark_folder(root: Path, name: str = "smoke") -> Path:
+    """The output folder of a shipped benchmark with every cell finished (invented numbers, no run).
+
+    Each defense's utility falls and its privacy rises as its privacy level falls; identity keeps
+    accuracy 0.85 and no privacy. Cells, index and signatures are those ``benchmark run`` writes.
+    """
+    bench = load_benchmark(name, check_data=False)
+    cells = plan_cells(bench, out=root)
+    for i, cell in enumerate(cells):
+        level = {k: float(v) for k, v in cell.setting if k in ("eta", "epsilon")}
+        noise = 0.0 if not level else 1.0 / (1.0 + next(iter(level.values())) / 25.0)  # 0 at inf, larger at less
+        rank = sorted({c.defense for c in cells}).index(cell.defense) / 20  # defenses differ a little
+        privacy = {a: min(0.99, 0.1 + noise * (1.2 - rank) + 0.01 * cell.seed) for a in cell.attacks}
+        result = fake_result(defense=cell.defense, eta=level.get("eta"), seed=cell.seed,
+                             accuracy=0.85 - 0.4 * noise * (0.5 + rank) + 0.005 * cell.seed, privacy=privacy,
+                             dataset=cell.dataset, synthetic=cell.dataset == "synthetic",
+                             signature=SIG_A.replace("sst2", cell.dataset))
+        result.defense["params"] = {k: _typed(v) for k, v in cell.setting}  # what the cell ran with, resolved
+        write_result(replace(result, cell_id=cell.cell.config.cell_id(), config=cell.cell.config.to_dict()),
+                     cell.cell.config.out)
+    write_json_atomic(root / INDEX_FILE, index_document(bench, cells))
+    return root
+
+
+def _typed(text: str) -> object:
+    """A ``--set`` value as a result records it: a number (infinity as ``"inf"``), else the text."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return "inf" if math.isinf(value) else value

@@ -1,7 +1,9 @@
 """The layout draws the design (ARCHITECTURE.md): layers import downwards only, no cycles, small modules.
 
 The import graph is read from the source with ``ast`` (nothing is imported), so a new upward or
-circular import fails here with the offending modules named, before it can confuse a reader.
+circular import fails here with the offending modules named, before it can confuse a reader. Imports
+under ``TYPE_CHECKING`` follow the layering too: a lower layer names what it is handed through the
+protocols of ``api/`` (``api.context.RunContext``), never a class of a layer above it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Which layers each layer may import at run time (type-only imports under TYPE_CHECKING are free).
+#: Which layers each layer may import, at run time or under TYPE_CHECKING alike.
 ALLOWED = {
     "api": set(),
     "scoring": {"api"},
@@ -23,10 +25,19 @@ ALLOWED = {
     "mechanisms": {"api", "scoring", "encoder"},
     "utility": {"api", "scoring", "encoder"},
     "pipeline": {"api", "scoring", "encoder", "data", "mechanisms"},
-    "defenses": {"api", "scoring", "encoder", "data", "mechanisms", "utility", "pipeline.context"},
-    "attacks": {"api", "scoring", "encoder", "data", "mechanisms", "utility", "pipeline.context"},
+    "defenses": {"api", "scoring", "encoder", "data", "mechanisms", "utility"},
+    "attacks": {"api", "scoring", "encoder", "data", "mechanisms", "utility"},
     "reporting": {"api", "scoring", "mechanisms", "pipeline"},
-    "cli": {"api", "scoring", "encoder", "data", "mechanisms", "utility", "pipeline", "reporting"},
+    # The plugin author's kit (conformance battery, skeleton writer) reaches plugins through the registries and
+    # judges them with the runner's own contract checks: above pipeline, never importing a plugin package.
+    "plugin_kit": {"api", "scoring", "encoder", "data", "mechanisms", "pipeline"},
+    # Benchmarks: a declared file run through the sweeps and read through the reports, above both.
+    "benchmark": {"api", "scoring", "data", "pipeline", "reporting"},
+    "cli": {"api", "scoring", "encoder", "data", "mechanisms", "utility", "pipeline", "reporting", "plugin_kit",
+            "benchmark"},
+    # rapt_audit/plugin.py, the public plugin API, re-exports the plugin packages' bases, so it sits above them
+    # (beside cli); no layer lists it, so nothing in rapt-audit imports it: only third-party plugins do.
+    "plugin": {"api", "scoring", "mechanisms", "defenses", "attacks", "plugin_kit"},
     "": {"api", "pipeline", "reporting"},  # rapt_audit/__init__.py: the public re-exports (load, summarize)
 }
 MAX_LINES = 400
@@ -52,10 +63,11 @@ def _type_checking_nodes(tree: ast.Module) -> set[int]:
             if isinstance(top, ast.If) and "TYPE_CHECKING" in ast.unparse(top.test) for node in ast.walk(top)}
 
 
-def imports_of(path: Path, known: set[str]) -> list[tuple[str, ast.stmt]]:
-    """Run-time imports of rapt-audit modules in ``path``: (target module, import statement)."""
+def imports_of(path: Path, known: set[str], *, with_type_hints: bool = False) -> list[tuple[str, ast.stmt]]:
+    """Imports of rapt-audit modules in ``path``: (target module, import statement); run-time ones only
+    unless ``with_type_hints`` (then those under ``TYPE_CHECKING`` as well)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _type_checking_nodes(tree)
+    skip = set() if with_type_hints else _type_checking_nodes(tree)
     found = []
     for node in ast.walk(tree):
         if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -76,11 +88,12 @@ def layer_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def graph() -> dict[str, set[str]]:
+def graph(*, with_type_hints: bool = False) -> dict[str, set[str]]:
+    """Module → the rapt-audit modules it imports (``with_type_hints``: those under ``TYPE_CHECKING`` too)."""
     files = module_files()
     edges: dict[str, set[str]] = defaultdict(set)
     for module, path in files.items():
-        for target, _ in imports_of(path, set(files)):
+        for target, _ in imports_of(path, set(files), with_type_hints=with_type_hints):
             if target != module and not (module.startswith(target + ".") and target in files
                                          and files[target].name == "__init__.py"):
                 edges[module].add(target)
@@ -111,7 +124,7 @@ def test_no_import_cycle():
 
 def test_layers_import_downwards_only():
     bad = []
-    for module, targets in graph().items():
+    for module, targets in graph(with_type_hints=True).items():
         layer = layer_of(module)
         for target in targets:
             other = layer_of(target)
@@ -153,3 +166,26 @@ def test_imports_inside_functions_are_lazy_on_purpose():
                 if not marked or (name.split(".")[0] not in HEAVY and not name.startswith("rapt_audit")):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert not bad, "imports inside functions that are not marked '# lazy (reason)':\n" + "\n".join(bad)
+
+
+def test_the_pipeline_run_context_has_every_member_of_the_protocol():
+    """Plugins and the lower layers annotate with ``api.context.RunContext``; the pipeline builds the concrete
+    class, which must give every attribute and method the protocol promises, with the same parameters."""
+    import dataclasses
+    import inspect
+
+    from rapt_audit.api import context as api_context
+    from rapt_audit.pipeline.context import RunContext
+
+    fields = {f.name for f in dataclasses.fields(RunContext)}
+    members = [name for name in vars(api_context.RunContext) if not name.startswith("_")]
+    assert {"seed", "rng", "shared", "encoder", "text_releases"} <= set(members)
+    for name in members:
+        promised = vars(api_context.RunContext)[name]
+        if isinstance(promised, property):
+            assert name in fields, f"pipeline.context.RunContext has no attribute {name!r}"
+        else:
+            given = getattr(RunContext, name, None)
+            assert callable(given), f"pipeline.context.RunContext has no method {name!r}"
+            assert list(inspect.signature(given).parameters) == list(inspect.signature(promised).parameters), name
+    assert isinstance(RunContext(), api_context.RunContext)  # runtime_checkable: every member present

@@ -344,3 +344,26 @@ def test_whitebox_undoes_norm_clipping_before_searching(ctx):
 
     assert recovered(restored) > recovered(clipped) + 0.3
     assert abs(recovered(restored) - recovered(noisy)) < 0.08
+
+
+@pytest.mark.parametrize("name", ["mlp_inversion", "ae_inversion"])
+def test_trained_inversion_net_is_read_back_for_the_same_release(tmp_path, splits, released, name):
+    """Issue #29: a run that meets the same release again reads the trained net back, with identical numbers;
+    a release at another η trains again (the released features are in the signature)."""
+    import torch
+
+    ctx = RunContext(seed=5, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
+    defense, release = released("embedding", 75.0)  # a release the nets learn from (best epoch > 0)
+    first = make_plugin(ATTACKS, name, ATTACKS.get(name).profiles["smoke"]).fit(splits.attacker, defense, ctx=ctx)
+    again = make_plugin(ATTACKS, name, ATTACKS.get(name).profiles["smoke"]).fit(splits.attacker, defense, ctx=ctx)
+    assert (first._fit_details["model_from_cache"], again._fit_details["model_from_cache"]) == (False, True)
+    assert not again._net.training  # scored as training leaves a net: in eval mode (dropout off)
+    for a, b in zip(first._net.state_dict().values(), again._net.state_dict().values()):
+        assert torch.equal(a, b)
+    scored = [attack.attack(release, splits.victim_test, ctx=ctx) for attack in (first, again)]
+    assert scored[0].empirical_privacy == scored[1].empirical_privacy
+    assert {k: v for k, v in first._fit_details.items() if k != "model_from_cache"} == \
+        {k: v for k, v in again._fit_details.items() if k != "model_from_cache"}
+    assert first._fit_details["best_epoch"] > 0
+    other = make_plugin(ATTACKS, name, ATTACKS.get(name).profiles["smoke"])
+    assert other.fit(splits.attacker, released("embedding", 50.0)[0], ctx=ctx)._fit_details["model_from_cache"] is False

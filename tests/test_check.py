@@ -162,9 +162,9 @@ def test_committed_ci_baseline_is_readable_and_gates_both_defenses():
 
 def test_gate_fails_when_the_defense_really_gets_weaker(gated, tmp_path, monkeypatch, capsys):
     """Not an edited file: the same configuration run with a mechanism that adds a third of the noise."""
-    from rapt_audit.defenses._text import TextDefense
+    from rapt_audit.defenses._dchi_text import DchiTextDefense
 
-    monkeypatch.setattr(TextDefense, "effective_eta", lambda self, ctx: self.eta * 3)
+    monkeypatch.setattr(DchiTextDefense, "effective_eta", lambda self, ctx: self.eta * 3)
     _, baseline = gated
     assert main(GATE_RUN + ["--out", str(tmp_path / "weak")]) == 0
     capsys.readouterr()

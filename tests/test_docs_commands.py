@@ -38,7 +38,8 @@ from rapt_audit.cli.main import build_parser, main
 from rapt_audit.data import DATA_ENV
 from rapt_audit.pipeline.results import write_result
 from rapt_audit.reporting.check import read_baseline
-from tests.result_factory import t2t_sweep
+from rapt_audit.benchmark.validate import load_benchmark, public_corpora
+from tests.result_factory import benchmark_folder, t2t_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -59,6 +60,7 @@ def _ci_gate(path: Path) -> None:
 FIXTURES: dict[str, Callable[[Path], object]] = {
     "runs/t2t-eta": t2t_sweep,  # the documented η sweep of t2t, as result files (invented numbers)
     "runs/ci-gate": _ci_gate,
+    "runs/bench-smoke": benchmark_folder,  # the smoke benchmark's folder, every cell finished (invented numbers)
     "baselines/ci-smoke.json": lambda path: shutil.copyfile(REPO / "baselines" / "ci-smoke.json", path),
     # The user's own input files of the documented privatize commands.
     "notes.txt": lambda path: path.write_text("My landlord John raised the rent.\nI see my doctor on Friday.\n",
@@ -180,6 +182,9 @@ def _needs_real_data(argv: tuple[str, ...]) -> str | None:
     named = [getattr(args, "dataset", None)]
     named += [s.partition("=")[2] for s in getattr(args, "sets", []) if s.startswith("dataset=")]
     named += [v for s in getattr(args, "sweeps", []) if s.startswith("dataset=") for v in s[8:].split(",")]
+    if getattr(args, "benchmark_command", None) == "run":  # the datasets its file names, and its defenses read
+        bench = load_benchmark(args.benchmark, check_data=False)
+        named += [*bench.tasks, *bench.datasets.values(), *(corpus for _, corpus in public_corpora(bench))]
     # The synthetic corpus and the user's own files built as FIXTURES run anywhere.
     real = [n for n in named if n and n != "synthetic" and n not in FIXTURES]
     if (real or getattr(args, "data_dir", None)) and not os.environ.get(DATA_ENV):
@@ -273,6 +278,14 @@ def test_documented_command_runs(command: DocLine, workdir: Path, capsys: pytest
         assert "nothing was run or written" in out
         assert sorted(workdir.rglob("*")) == before, "a dry run must write nothing"
         return
+    if name == "benchmark" and argv[1] == "run":  # minutes of cells: its dry run lists each cell and its cost
+        reason = _needs_real_data(command.argv)
+        if reason:
+            pytest.skip(reason)
+        code, out, err = _main(argv + ([] if "--dry-run" in argv else DRY_RUN), capsys)
+        assert code == 0, f"{command.where}: {shlex.join(argv)} --dry-run exited {code}: {err or out}"
+        assert "nothing was run or written" in out and list(workdir.iterdir()) == [], "a dry run must write nothing"
+        return
     if name == "bundle":  # a real pack downloads wheels and compresses for minutes: its dry run checks all
         cut = argv.index("--") if "--" in argv else len(argv)
         reason = _needs_real_data((PROGRAM, *argv[cut + 1:])) if cut + 1 < len(argv) else None
@@ -308,7 +321,7 @@ def test_documented_run_runs_for_real(command: DocLine, workdir: Path, capsys: p
 # module names (`rapt_audit.attacks.whitebox.undo_norm_clipping`), wherever they appear in the text.
 _CODE_PATH = re.compile(r"(?<![\w./-])((?:rapt_audit|scripts|attacks|defenses)/[\w./-]*)")
 _MODULE = re.compile(r"(?<![\w./-])(rapt_audit(?:\.\w+)+)")
-DOCS = [README, REPO / "leaderboard.md", *sorted((REPO / "reports").rglob("*.md"))]
+DOCS = [README, REPO / "leaderboard.md", *sorted((REPO / "reports").rglob("*.md")), *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def _missing_module(dotted: str) -> bool:

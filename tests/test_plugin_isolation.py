@@ -32,26 +32,13 @@ from rapt_audit.reporting.check import compare_runs
 from rapt_audit.reporting.collect import collect
 from rapt_audit.reporting.leaderboard import render_leaderboard
 from rapt_audit.reporting.report import build_report
+from tests.fake_plugins import FakeAttack, estimate
 from tests.result_factory import fake_result
 
 SMOKE = ["--profile", "smoke", "--dataset", "synthetic", "--quiet"]
 
 
-def _estimate(value: float) -> Estimate:
-    return Estimate(value, max(0.0, value - 0.1), value + 0.1, 10, "test")
-
-
-@dataclass
-class _Attack(CheckedParams):
-    """A fake attack of texts; subclasses break one rule each."""
-
-    requires: ClassVar[frozenset[str]] = frozenset({"texts"})
-
-    def fit(self, aux: Any, defense: Any, *, ctx: Any) -> Any:
-        return self
-
-    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
-        return AttackResult(_estimate(0.5), {})
+_estimate, _Attack = estimate, FakeAttack
 
 
 @dataclass
@@ -338,7 +325,10 @@ def entry_points(monkeypatch):
 def test_an_entry_point_that_fails_to_load_is_a_warning_naming_it(tmp_path, entry_points):
     entry_points(attacks=[_EntryPoint("ghost", "missing_pkg.mod:Ghost",
                                       error=ModuleNotFoundError("No module named 'missing_pkg'"))])
-    code, printed, err = _main(["ls", "attacks"])
+    code, printed, err = _main(["ls", "attacks"])  # listed from its entry point: nothing imported, nothing to warn
+    assert code == 0 and "random_guess" in printed and "(not imported: missing_pkg.mod:Ghost;" in printed
+    assert "warning" not in err
+    code, printed, err = _main(["ls", "attacks", "--params"])  # --params imports the plugins: then the warning
     assert code == 0 and "random_guess" in printed and "ghost" not in printed
     assert ("rapt-audit: warning: attack plugin entry point 'ghost' = 'missing_pkg.mod:Ghost' failed to load: "
             "ModuleNotFoundError: No module named 'missing_pkg'") in err
@@ -376,7 +366,7 @@ class PlainDefense:
 
 def test_a_plain_class_entry_point_is_refused_with_a_clear_message(entry_points):
     entry_points(defenses=[_EntryPoint("plain", "pkg.mod:PlainDefense", obj=PlainDefense)])
-    code, printed, err = _main(["ls", "defenses"])
+    code, printed, err = _main(["ls", "defenses", "--params"])
     assert code == 0 and "plain" not in printed.split() and "PlainDefense is not a dataclass" in err
     code, _, err = _main(["run", "--defense", "plain", "--attacks", "random_guess", "--dry-run", *SMOKE])
     assert code == 2 and "defense 'plain' is installed but could not be loaded" in err and "@dataclass" in err
@@ -398,6 +388,21 @@ def test_entry_point_plugins_keep_their_tags_and_record_their_version(entry_poin
     assert environment()["versions"]["wo-pkg"] == "0.3.1"
     code, printed, _ = _main(["ls", "attacks"])
     assert code == 0 and "(tags: lexical) (from wo-pkg 0.3.1)" in printed
+
+
+def test_ls_lists_an_entry_point_from_its_metadata_without_importing_it(entry_points):
+    class NotToBeImported(_EntryPoint):
+        def load(self) -> Any:
+            raise AssertionError("ls imported the plugin's module")
+
+    entry_points(attacks=[NotToBeImported("heavy_attack", "heavy_pkg.mod:Heavy", dist=_Dist("heavy-pkg", "1.2"))])
+    code, printed, err = _main(["ls", "attacks"])
+    assert code == 0, err
+    line = next(line for line in printed.splitlines() if "heavy_attack" in line)
+    assert "(not imported: heavy_pkg.mod:Heavy; --params imports it) (from heavy-pkg 1.2)" in line
+    assert not plugins._loaded and "heavy_attack" not in ATTACKS
+    code, printed, _ = _main(["ls"])  # the metrics section says their metrics may be missing
+    assert code == 0 and "plugins not imported may declare more: rapt-audit ls metrics imports them" in printed
 
 
 # ---------------------------------------------------------------- point 5: parameters, unbounded measures

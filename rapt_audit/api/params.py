@@ -361,3 +361,38 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     return value
+
+
+#: A string annotation (``from __future__ import annotations``) naming ClassVar or InitVar.
+_CLASS_LEVEL = re.compile(r"^\s*(?:[\w.]+\.)?(?:ClassVar|InitVar)\b")
+
+
+def _class_level(annotation: Any) -> bool:
+    """Whether ``annotation`` (an object, or a string under ``from __future__ import annotations``) is a
+    ``ClassVar`` or ``InitVar``, which a dataclass does not make a field."""
+    if isinstance(annotation, str):
+        return bool(_CLASS_LEVEL.match(annotation))
+    return (annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar
+            or annotation is dataclasses.InitVar or isinstance(annotation, dataclasses.InitVar))
+
+
+def undecorated_parameters(cls: type) -> list[str]:
+    """Parameters a class of the plugin annotates but that are not dataclass fields, each with why.
+
+    A subclass of a dataclass (``TextDefense``, a plugin's own base) is a dataclass itself, so nothing
+    fails when ``@dataclass`` is forgotten on it, but the fields it annotates are then plain class
+    attributes: ``--set`` refuses them and results do not record them.
+    """
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    found = []
+    for klass in cls.__mro__:
+        if "__dataclass_fields__" in vars(klass) or not dataclasses.is_dataclass(klass):
+            continue  # decorated, or not part of the dataclass hierarchy (object, a mixin)
+        names = [n for n, a in inspect.get_annotations(klass).items() if n not in fields and not _class_level(a)]
+        if names:
+            one, where = len(names) == 1, klass.__qualname__
+            found.append(f"{', '.join(names)} {'is' if one else 'are'} annotated on {where} but "
+                         f"{'is not a parameter' if one else 'are not parameters'}: {where} lacks the @dataclass "
+                         f"decorator (a dataclass base is not enough), so --set {names[0]}=VALUE is refused and "
+                         f"results do not record {'it' if one else 'them'}; put @dataclass on {where}")
+    return found

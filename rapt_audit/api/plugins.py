@@ -5,10 +5,17 @@ Third-party packages declare plugins in their ``pyproject.toml``::
     [project.entry-points."rapt_audit.defenses"]
     my_defense = "my_pkg.my_module:MyDefense"
 
-The entry point's name becomes the registry name. The class may carry ``tags`` (a tuple of strings,
-selected with ``--attacks tag:x``) and ``default`` (whether ``all`` includes it; true unless set)
-as class attributes, as the built-ins give them to ``@ATTACKS.register``. Loading happens once per
-process; the distribution and version of each loaded plugin go into every result's ``env.versions``.
+The entry point's name becomes the registry name, and the class's ``name`` (a plugin does not write
+its own). The class may carry ``tags`` (a tuple of strings, selected with ``--attacks tag:x``) and
+``default`` (whether ``all`` includes it; true unless set) as class attributes, as the built-ins give
+them to ``@ATTACKS.register``; an attack's ``threat_model``
+(:class:`~rapt_audit.api.threat.ThreatModel`) adds the ``adaptive`` tag when it adapts. Loading happens
+once per process; the distribution and version of each loaded plugin go into every result's ``env.versions``.
+
+Listing needs no loading: :func:`installed` reads the entry points' metadata (name, module, distribution
+and version) without importing a third-party plugin's module, so ``rapt-audit ls`` neither pays for a
+heavy plugin nor warns about a broken one; ``ls --params`` and every run import them (:func:`load`).
+The built-in plugins are always imported (:func:`load_builtins`): their modules import nothing heavy.
 
 One broken third-party plugin never breaks the others: an entry point that fails to import, or whose
 object is not a plugin (not a dataclass, no ``exposes`` / ``requires``, a method missing), is left
@@ -23,15 +30,24 @@ import dataclasses
 import importlib
 import warnings
 from importlib.metadata import entry_points
+from dataclasses import dataclass
 from typing import Any
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.params import plugin_fields
+from rapt_audit.api.params import plugin_fields, undecorated_parameters
 from rapt_audit.api.registry import Registry
+from rapt_audit.api.threat import declared_threat_model, threat_model_problem
 from rapt_audit.api.types import RELEASE_KINDS
 
+
+def _threat_tags(cls: Any) -> tuple[str, ...]:
+    """The tags an attack's declared threat model gives it (``adaptive``)."""
+    found = declared_threat_model(cls)
+    return found.tags() if found is not None else ()
+
+
 DEFENSES: Registry[type] = Registry("defense")
-ATTACKS: Registry[type] = Registry("attack")
+ATTACKS: Registry[type] = Registry("attack", tags_of=_threat_tags)
 
 _GROUPS = {"rapt_audit.defenses": DEFENSES, "rapt_audit.attacks": ATTACKS}
 #: What each kind of plugin must have: the class attribute naming its release kinds, its methods.
@@ -47,6 +63,49 @@ class PluginWarning(UserWarning):
     """An installed plugin was left out (it failed to load, or is not a plugin); the message names it."""
 
 
+@dataclass(frozen=True)
+class Installed:
+    """An installed third-party plugin as its entry point describes it, its module not imported.
+
+    Attributes:
+        name: The registry name (the entry point's name).
+        kind: ``"defense"`` or ``"attack"``.
+        value: Where the plugin lives, ``"module:attribute"``.
+        origin: ``"<distribution> <version>"``, empty when the entry point names none.
+    """
+
+    name: str
+    kind: str
+    value: str
+    origin: str = ""
+
+
+def load_builtins() -> None:
+    """Import (and so register) the built-in defenses and attacks; their modules import nothing heavy."""
+    importlib.import_module("rapt_audit.defenses")
+    importlib.import_module("rapt_audit.attacks")
+
+
+def installed(kind: str) -> list[Installed]:
+    """Third-party ``kind`` plugins (``"defense"`` / ``"attack"``) not loaded yet, read from their entry points'
+    metadata alone: nothing is imported. Those loaded already are in the registry, broken ones in its ``broken``.
+
+    Raises:
+        UsageError: when an entry point is named like a plugin already registered (naming both).
+    """
+    load_builtins()
+    group, registry = next((g, r) for g, r in _GROUPS.items() if r.kind == kind)
+    found = []
+    for ep in entry_points(group=group):
+        if ep.name in registry.broken or (_registered.get((group, ep.name)) == ep.value and ep.name in registry):
+            continue  # loaded (or left out) by an earlier load()
+        if ep.name in registry:
+            raise UsageError(_clash(ep, registry))
+        dist, version = _distribution(ep)
+        found.append(Installed(ep.name, kind, str(ep.value), f"{dist} {version}" if dist else ""))
+    return sorted(found, key=lambda item: item.name)
+
+
 def load() -> None:
     """Import the built-in plugin packages and every installed entry point (idempotent).
 
@@ -56,8 +115,7 @@ def load() -> None:
     global _loaded
     if _loaded:
         return
-    importlib.import_module("rapt_audit.defenses")
-    importlib.import_module("rapt_audit.attacks")
+    load_builtins()
     for group, registry in _GROUPS.items():
         for ep in entry_points(group=group):
             if _registered.get((group, ep.name)) == ep.value and ep.name in registry:
@@ -91,7 +149,10 @@ def plugin_problem(kind: str, obj: Any) -> str | None:
         return f"the entry point names a {type(obj).__name__}, not a class"
     if not dataclasses.is_dataclass(obj):
         return (f"{name} is not a dataclass: a plugin's parameters are its dataclass fields (decorate it with "
-                "@dataclass and subclass rapt_audit.api.params.CheckedParams to have them checked)")
+                "@dataclass and subclass rapt_audit.plugin.CheckedParams to have them checked)")
+    undecorated = undecorated_parameters(obj)
+    if undecorated:
+        return undecorated[0]
     kinds = getattr(obj, attribute, None)
     if not isinstance(kinds, (set, frozenset)) or not kinds or not kinds <= RELEASE_KINDS:
         return (f"{name}.{attribute} must be a non-empty frozenset of release kinds "
@@ -103,6 +164,8 @@ def plugin_problem(kind: str, obj: Any) -> str | None:
     if not isinstance(tags, str) and not (isinstance(tags, (tuple, list, set, frozenset))
                                           and all(isinstance(t, str) for t in tags)):
         return f"{name}.tags must be a tuple of strings, got {tags!r}"
+    if kind == "attack" and (problem := threat_model_problem(obj)):
+        return f"{name}.{problem}"
     try:
         plugin_fields(obj)
     except Exception as exc:  # noqa: BLE001 - any annotation error makes the parameters unusable
@@ -147,4 +210,5 @@ def _clash(ep: Any, registry: Registry[type]) -> str:
             + (f" in {dist}'s pyproject.toml" if dist else "") + " so that both can be used")
 
 
-__all__ = ["ATTACKS", "DEFENSES", "PluginWarning", "load", "plugin_distributions", "plugin_problem"]
+__all__ = ["ATTACKS", "DEFENSES", "Installed", "PluginWarning", "installed", "load", "load_builtins",
+           "plugin_distributions", "plugin_problem"]

@@ -53,12 +53,19 @@ def unknown_name_message(kind: str, name: str, valid: list[str]) -> str:
 class Registry(Generic[T]):
     """A name → plugin mapping for one plugin kind.
 
+    The registration name is a plugin's one name: a registered class gets it as its ``name`` attribute
+    (plugins do not write it themselves), so messages, seeds and results always use the name the
+    user selects it by.
+
     Args:
         kind: Human name of the plugin kind, used in messages ("defense", "attack", ...).
+        tags_of: Tags a plugin carries by what it declares, added to those it is registered with (attacks:
+            ``adaptive`` from the threat model), so that ``tag:x`` cannot disagree with the declaration.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, tags_of: Callable[[T], tuple[str, ...]] | None = None) -> None:
         self.kind = kind
+        self._tags_of = tags_of
         self._entries: dict[str, Entry[T]] = {}
         #: Installed plugins that could not be loaded: name → why (asked for by name, they say so).
         self.broken: dict[str, str] = {}
@@ -87,9 +94,10 @@ class Registry(Generic[T]):
         """
         if name in self._entries and self._entries[name].obj is not obj:
             raise UsageError(f"{self.kind} {name!r} is registered twice; pick another name")
-        if hasattr(obj, "__dict__") and isinstance(obj, type):
-            obj.name = name  # type: ignore[attr-defined]  # the class knows its registry name
-        self._entries[name] = Entry(name, obj, tuple(tags), default, origin)
+        if isinstance(obj, type):
+            obj.name = name  # type: ignore[attr-defined]  # the one name: set here, never written by the plugin
+        derived = self._tags_of(obj) if self._tags_of is not None else ()
+        self._entries[name] = Entry(name, obj, tuple(dict.fromkeys((*tags, *derived))), default, origin)
 
     def remove(self, name: str) -> None:
         """Unregister ``name`` (used by tests that register temporary plugins)."""
@@ -179,4 +187,6 @@ class Registry(Generic[T]):
 def describe(obj: Any) -> str:
     """A plugin's ``summary``, else the first line of its docstring (shown by ``rapt-audit ls``)."""
     doc = (getattr(obj, "summary", None) or getattr(obj, "__doc__", None) or "").strip()
+    if isinstance(obj, type) and doc.startswith(f"{obj.__name__}("):
+        return ""  # the signature @dataclass writes for a class without a docstring: not a description
     return doc.splitlines()[0] if doc else ""

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
 
+from rapt_audit.api.context import RunContext
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import numpy as np
 
-    from rapt_audit.pipeline.context import RunContext
 
 #: The kinds of release a defense can expose: privatized texts (text-to-text defenses), one noisy
 #: vector per token (embedding defenses) or one vector per record (representation defenses).
@@ -296,6 +297,7 @@ class Defense(Protocol):
     ``fit`` trains whatever the defense needs for its task model on privatized victim-train data,
     ``utility`` measures task quality on victim-test data, and ``release`` returns what the adversary
     observes. Heavy imports (torch, transformers) happen inside these methods, never at import time.
+    ``name`` is the registration name, set by the registry (a plugin does not write it).
     """
 
     name: ClassVar[str]
@@ -312,9 +314,11 @@ class Defense(Protocol):
 class Attack(Protocol):
     """An adversary: a dataclass whose fields are its hyperparameters.
 
-    Attacks are adaptive by default: ``fit`` may call ``defense.release`` on the attacker's own data
-    (Kerckhoffs: the mechanism and its parameter are public). ``attack`` then scores the victim's
-    release against the victim's original records (``truth``), which only the auditor holds.
+    ``fit`` may call ``defense.release`` on the attacker's own data (Kerckhoffs: the mechanism and its
+    parameter are public), which makes the attack adaptive. ``attack`` then scores the victim's
+    release against the victim's original records (``truth``), which only the auditor holds. An attack
+    states what it assumes in a ``threat_model`` class attribute (:class:`rapt_audit.api.threat.ThreatModel`);
+    ``name`` is the registration name, set by the registry.
     """
 
     name: ClassVar[str]

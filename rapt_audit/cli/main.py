@@ -5,8 +5,9 @@ result is written; also an output directory in use by another process, a full di
 plugin that raised, named in the message); 3 the result was written but some attacks failed (raised
 or broke their contract: each is named with what went wrong, recorded as failed, and every other
 attack kept); 75 a sweep's time budget ran out (the same command goes on); 130 interrupted by Ctrl-C
-and 143 by SIGTERM (the unfinished run writes nothing, finished sweep cells are kept); 1 an
-unexpected failure (a bug: please report it). A sweep on Ray (``--executor ray``) or
+and 143 by SIGTERM (the unfinished run writes nothing, finished sweep cells are kept); 1 a negative
+verdict of a gate (``check``: a regression, ``audit``: a violation, ``plugin check``: a plugin broke a
+rule), else an unexpected failure (a bug: please report it). A sweep on Ray (``--executor ray``) or
 in worker processes (``--jobs N``) runs every cell and exits 2 when some failed, listing them; its
 finished cells are kept.
 """
@@ -24,20 +25,22 @@ from typing import Any
 
 from rapt_audit.api.errors import RaptAuditError, UsageError
 from rapt_audit.api.params import parameter_table
-from rapt_audit.api.plugins import ATTACKS, DEFENSES, PluginWarning, load
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, PluginWarning, installed, load, load_builtins
 from rapt_audit.api.registry import describe
 from rapt_audit.api.types import AttackFailure, Skip
 from rapt_audit.api.version import __version__
-from rapt_audit.cli import audit, bundle, calibrate, dry_run, privatize
+from rapt_audit.cli import audit, benchmark, bundle, calibrate, dry_run, privatize
+from rapt_audit.cli import plugin as plugin_cli  # not `plugin`: cmd_ls calls each plugin it lists so
 from rapt_audit.cli.audit import cmd_audit
+from rapt_audit.cli.benchmark import cmd_benchmark
 from rapt_audit.cli.bundle import cmd_bundle
 from rapt_audit.cli.calibrate import cmd_calibrate
+from rapt_audit.cli.options import add_cell_options, cell_executor
+from rapt_audit.cli.plugin import cmd_plugin
 from rapt_audit.cli.privatize import cmd_privatize
 from rapt_audit.data import DATASETS
 from rapt_audit.mechanisms.verbatim import describe_verbatim
 from rapt_audit.pipeline import sweep
-from rapt_audit.pipeline.local_executor import LocalExecutor
-from rapt_audit.pipeline.ray_executor import RayExecutor
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.runner import run
 from rapt_audit.reporting import check, claims, leaderboard, report, slim
@@ -93,22 +96,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
                         "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
-    p.add_argument("--time-budget", dest="time_budget", type=float, default=None, metavar="SECONDS",
-                   help="with --sweep: start no cell that would not finish within SECONDS of the start (judged by "
-                        "the longest cell so far); the rest stay pending for the next call, which goes on (exit 75)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="where sweep cells run: local (one after another in this process, the default) or ray "
-                        "(each cell a Ray task, several at once; needs pip install 'rapt-audit[ray]')")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="with --sweep: run N cells at once in N worker processes on this machine, each computing "
-                        "with its share of the cores (default 1: one after another in this process)")
-    p.add_argument("--address", default=None, metavar="HOST:PORT",
-                   help="with --executor ray: the head of a running Ray cluster (ray start --head); default: "
-                        "$RAY_ADDRESS, else a local Ray instance sized to this machine")
-    p.add_argument("--cpus-per-cell", dest="cpus_per_cell", type=float, default=None, metavar="N",
-                   help="with --executor ray: CPUs each cell's task declares (default 1)")
-    p.add_argument("--gpus-per-cell", dest="gpus_per_cell", type=float, default=None, metavar="N",
-                   help="with --executor ray: GPUs each cell's task declares (default 0; 1 for a GPU grid)")
+    add_cell_options(p)  # --time-budget, --executor, --jobs, --address, --cpus-per-cell, --gpus-per-cell
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="check the configuration as a run would, print the plan, write nothing")
@@ -127,14 +115,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with each defense and attack, its parameters: type, default and the rule a value must meet")
     _add_run(sub)
 
-    for module in (privatize, audit, calibrate, report, leaderboard, check, claims, slim, bundle):
+    for module in (privatize, audit, calibrate, report, leaderboard, check, claims, slim, bundle, plugin_cli,
+                   benchmark):
         module.add_parser(sub)
     return parser
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    """Print the registered plugins with their tags and first docstring line."""
-    load()
+    """Print the registered plugins with their tags and first docstring line.
+
+    Third-party plugins are listed from their entry points' metadata, their modules not imported, unless
+    ``--params`` or ``ls metrics`` (metrics are declared by the plugins' code) needs them loaded.
+    """
+    load() if args.params or args.kind == "metrics" else load_builtins()
+    pending = {kind: installed(kind[:-1]) for kind in ("defenses", "attacks")}
     kinds = ["defenses", "attacks", "datasets", "metrics"] if args.kind == "all" else [args.kind]
     registries = {"defenses": DEFENSES, "attacks": ATTACKS, "datasets": DATASETS, "metrics": METRICS}
     for kind in kinds:
@@ -155,6 +149,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
             if args.params and kind in ("defenses", "attacks"):
                 for name, type_text, default, rules in parameter_table(entry.obj):
                     print(f"      {name}: {type_text} = {default}" + (f"  ({rules})" if rules else ""))
+        for plugin in pending.get(kind, ()):
+            origin = f" (from {plugin.origin})" if plugin.origin else ""
+            print(f"  {plugin.name:<18} (not imported: {plugin.value}; --params imports it){origin}")
+        if kind == "metrics" and any(pending.values()):
+            print("  (plugins not imported may declare more: rapt-audit ls metrics imports them)")
     return 0
 
 
@@ -224,35 +223,8 @@ def _attacks_failed(results: Sequence[Any], *, where: str) -> int:
 
 
 def _executor(args: argparse.Namespace) -> sweep.Executor | None:
-    """The sweep executor the flags ask for (None: in-process), checked before any cell (Ray installed, cluster up).
-
-    ``--executor ray`` and ``--jobs N`` run the cells of a sweep; a single run goes through ``--sweep``
-    with one value.
-    """
-    ray_flags = {"--address": args.address, "--cpus-per-cell": args.cpus_per_cell,
-                 "--gpus-per-cell": args.gpus_per_cell}
-    if args.jobs < 1:
-        raise UsageError(f"--jobs must be a whole number >= 1, got {args.jobs}")
-    if args.executor == "local":
-        given = [flag for flag, value in ray_flags.items() if value is not None]
-        if given:
-            raise UsageError(f"{', '.join(given)} apply only to --executor ray")
-        if args.jobs == 1:
-            return None
-        if not args.sweeps:
-            raise UsageError("--jobs runs the cells of a sweep side by side; add --sweep KEY=V1,V2,...")
-        return LocalExecutor(jobs=args.jobs)
-    if args.jobs != 1:
-        raise UsageError("--jobs applies to sweeps on this machine; on Ray, --cpus-per-cell sets how many cells "
-                         "run at once")
-    if not args.sweeps:
-        raise UsageError("--executor ray runs the cells of a sweep; add --sweep KEY=V1,V2,... (one value runs "
-                         "one cell: --sweep seed=0)")
-    executor = RayExecutor(address=args.address,
-                           cpus_per_cell=1.0 if args.cpus_per_cell is None else args.cpus_per_cell,
-                           gpus_per_cell=0.0 if args.gpus_per_cell is None else args.gpus_per_cell)
-    executor.check()
-    return executor
+    """The sweep executor the flags ask for (None: in-process); ``--executor ray`` and ``--jobs N`` need ``--sweep``."""
+    return cell_executor(args, cells=bool(args.sweeps))
 
 
 def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log: Any, progress: bool,
@@ -288,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
                 "leaderboard": cmd_leaderboard, "check": cmd_check, "claims": cmd_claims, "privatize": cmd_privatize,
-                "audit": cmd_audit, "bundle": cmd_bundle, "slim": cmd_slim}
+                "audit": cmd_audit, "bundle": cmd_bundle, "slim": cmd_slim, "plugin": cmd_plugin,
+                "benchmark": cmd_benchmark}
     try:
         with _sigterm_as_interrupt(), _plugin_warnings():
             return commands[args.command](args)

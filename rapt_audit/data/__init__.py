@@ -9,7 +9,7 @@ gives the public calibration text.
 ``data/tickets.parquet``, a ``save_to_disk`` directory) is read by :mod:`~rapt_audit.data.files`
 and mapped into records by :mod:`~rapt_audit.data.columns` with the ``data.*`` column keys.
 
-May import: :mod:`rapt_audit.api` (``RunContext`` in type hints only).
+May import: :mod:`rapt_audit.api` (the ``ctx`` it is handed is typed by :class:`rapt_audit.api.context.RunContext`).
 """
 
 from __future__ import annotations

@@ -7,15 +7,13 @@ of PCT2T's categories, must not depend on what they protect.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError
 from rapt_audit.data import Dataset, load_dataset
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.pipeline.context import RunContext
 
 #: Sentences of public text used to calibrate η, per profile.
 CALIBRATION_SENTENCES = {"smoke": 150, "cpu": 1000, "paper": 5000}

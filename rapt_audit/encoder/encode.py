@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import re
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.types import Record, uid_key
 from rapt_audit.encoder.models import LoadedModel
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.pipeline.context import RunContext
 
 MAX_TOKENS = 126  # 128 positions minus [CLS] and [SEP] (the papers' maximum length)
 

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.files import write_cache_atomic
 from rapt_audit.encoder.models import model_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
     from rapt_audit.encoder.models import LoadedModel
-    from rapt_audit.pipeline.context import RunContext
 
 __all__ = ["EmbeddingSpace", "build_embedding_space", "load_embedding_space", "embedding_space"]
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.files import read_cache_json_gz, write_cache_json_gz
 from rapt_audit.mechanisms import analysis_pack
 from rapt_audit.mechanisms.analysis_pack import texts_digest
@@ -29,8 +30,6 @@ from rapt_audit.mechanisms.engines import tagger
 from rapt_audit.mechanisms.pos import (TaggedWord, mentions_of, new_words_forgotten, ptb_tags, spacy_entity_spans,
                                        tagged_words)
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.pipeline.context import RunContext
 
 __all__ = ["analysis_path", "entity_spans", "pos_tags", "text_entities", "words"]
 

@@ -24,14 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import ModelError
 from rapt_audit.api.files import write_cache_atomic
 from rapt_audit.mechanisms.pos import spacy_version_key
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.pipeline.context import RunContext
 
 __all__ = ["PACK_FILE", "PackedAnalyses", "lookup", "provenance", "tagger_key", "texts_digest", "write_pack"]
 

@@ -4,18 +4,15 @@ and by adaptive attackers that re-run the mechanism on their own data)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.encoder.vocab import EmbeddingSpace, embedding_space
 from rapt_audit.mechanisms.analysis_pack import tagger_key, texts_digest
 from rapt_audit.mechanisms.nn_search import nearest_index, vocabulary_index
 from rapt_audit.mechanisms.pos import PUBLIC_MIN_COUNT, load_tagger, vocabulary_lexicon
 from rapt_audit.mechanisms.privatize import TokenEngine, WordEngine
-
-if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and hands it down
-    from rapt_audit.pipeline.context import RunContext
 
 
 def tagger(ctx: RunContext):  # noqa: ANN201 - spacy.Language

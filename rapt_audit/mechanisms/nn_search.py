@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.nn_exact import Float64Search, as_matrix
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from rapt_audit.pipeline.context import RunContext
 
 __all__ = ["NearestNeighbourIndex", "nearest_index", "vocabulary_index"]
 

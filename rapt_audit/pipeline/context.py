@@ -1,5 +1,8 @@
 """The run context handed to every plugin: seeds, device, model, profile and shared caches.
 
+:class:`RunContext` here is the concrete class the pipeline builds; plugins and the layers below the
+pipeline name the protocol it satisfies, :class:`rapt_audit.api.context.RunContext`, which says what
+each member gives (``tests/test_architecture.py`` checks that this class has every member of it).
 One :class:`RunContext` lives for one run. Plugins draw their randomness from
 :meth:`RunContext.rng` (never from global state) and share expensive objects, such as the loaded
 encoder or an embedding table, through :meth:`RunContext.shared`, so that a model is loaded once
@@ -49,7 +52,7 @@ def derive_seed(seed: int, *key: object) -> int:
 
 @dataclass
 class RunContext:
-    """Everything a plugin may ask of the run it is part of.
+    """Everything a plugin may ask of its run: the concrete :class:`rapt_audit.api.context.RunContext`.
 
     Attributes:
         seed: The run seed; every random choice is derived from it.

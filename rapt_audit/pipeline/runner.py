@@ -34,6 +34,7 @@ from rapt_audit.api.files import remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
+from rapt_audit.api.threat import threat_model_record
 from rapt_audit.api.types import AttackFailure, Outcome, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
@@ -307,6 +308,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings, "gpu": gpu.summary(),
                 "threads": current_threads(),
+                "threat_models": {n: threat_model_record(a) for n, a in checked.attacks.items()},
                 "release_cache": {"victim_test": victim_release, **cached.report(), **ctx.tallies(),
                                   **({"texts": ctx.text_releases.report()} if ctx.text_releases else {})}})
     if (packed := analysis_pack.provenance(ctx)) is not None:  # spaCy absent: whose analyses the run read

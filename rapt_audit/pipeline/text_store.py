@@ -53,8 +53,9 @@ class TextReleaseStore:
         self.hits = 0
         self.misses = 0
 
-    def key(self, defense: Any, mechanism: Mapping[str, Any], eta: float, records: Sequence[Record]) -> str:
-        """The key of ``records`` privatized by ``defense`` with ``mechanism`` parameters at ``eta``."""
+    def key(self, defense: Any, mechanism: Mapping[str, Any], eta: float | None, records: Sequence[Record]) -> str:
+        """The key of ``records`` privatized by ``defense`` with ``mechanism`` parameters at ``eta`` (None: a
+        mechanism without one)."""
         return stable_hash({**self._run, "code": source_digest(type(defense)), "defense": defense.name,
                             "mechanism": to_jsonable(dict(mechanism)), "eta": to_jsonable(eta),
                             "records": records_digest(records)})
@@ -63,14 +64,14 @@ class TextReleaseStore:
         """Where the entry of ``key`` lives."""
         return self.root / key[:2] / f"{key}.json.gz"
 
-    def privatized(self, defense: Any, *, mechanism: Mapping[str, Any], eta: float, records: Sequence[Record],
+    def privatized(self, defense: Any, *, mechanism: Mapping[str, Any], eta: float | None, records: Sequence[Record],
                    compute: Callable[[], Privatized]) -> Privatized:
         """The stored privatization of ``records``, or ``compute()`` (then stored).
 
         Args:
             defense: The text defense (its name and the source of its package enter the key).
             mechanism: The parameters that shape the privatization (not the service's training).
-            eta: The effective η.
+            eta: The effective η (None for a mechanism without one).
             records: The records privatized; ``compute()`` must return one text per record.
             compute: Privatizes ``records``.
         """

@@ -34,6 +34,11 @@ def _cell(text: object) -> str:
     return re.sub(r"(?i)(?<=www)\.|(?<!\w)_|_(?!\w)", lambda m: "\\" + m.group(), flat)
 
 
+def markdown_text(text: object) -> str:
+    """``text`` as literal Markdown text on one line (for other modules' tables: a benchmark's headline)."""
+    return _cell(text)
+
+
 def _name(name: str) -> str:
     """A name or signature as code when it holds no markup, else as escaped text (a backtick would end the code)."""
     return f"`{name}`" if re.fullmatch(r"[\w.:@/=,+|-]+", str(name)) else _cell(name)
@@ -167,4 +172,5 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parser", "cmd_leaderboard", "group_table", "render_leaderboard", "write_leaderboard"]
+__all__ = ["add_parser", "cmd_leaderboard", "group_table", "markdown_text", "render_leaderboard",
+           "write_leaderboard"]

@@ -85,7 +85,7 @@ def range_problem(name: str, est: Estimate) -> str | None:
     found = declared(name)
     if found is None:
         return (f"every metric must be declared, got the undeclared {name!r} (declare it once with "
-                "rapt_audit.scoring.metrics.metric(name, kind, higher_is_better, description, bounded=...) in the "
+                "rapt_audit.plugin.metric(name, kind, higher_is_better, description, bounded=...) in the "
                 "module that computes it)")
     numbers = (est.value, est.ci_low, est.ci_high)
     if not all(math.isfinite(v) for v in numbers):

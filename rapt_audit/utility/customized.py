@@ -11,10 +11,11 @@ both steps; the stored service's key then holds a digest of the released vectors
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.context import RunContext
 from rapt_audit.api.files import stable_hash
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.classification import classification_utility
@@ -26,8 +27,6 @@ from rapt_audit.utility.selection import resolve_grid, select_and_train
 from rapt_audit.utility.state_cache import cached_state, code_digest
 from rapt_audit.utility.token_vectors import TokenVectors
 
-if TYPE_CHECKING:  # pragma: no cover - the pipeline creates the context and hands it down
-    from rapt_audit.pipeline.context import RunContext
 
 #: The code that customizes the service: its stored weights are reused only by this code.
 CODE_VERSION = code_digest(__file__, customize.__file__, on_device.__file__, selection.__file__, task_model.__file__,

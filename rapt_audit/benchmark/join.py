@@ -1,0 +1,146 @@
+"""Joining a benchmark's cells into one result per task × defense setting × seed.
+
+A setting and seed runs one cell per dataset (the task's, and the one each attack family reads:
+Trustpilot for attribute inference, CoNLL-2003 for the trained NER attacks). The joined result takes
+its utility from the task's cell and each attack from the cell of its family's dataset, so the
+existing report, leaderboard and seed combination (:func:`rapt_audit.reporting.summary.group_results`)
+read it as one row. Its signature names the benchmark, the task, the service protocol and the
+signature of every dataset's cells, so rows join only when each of those is the same.
+
+Attacks that did not run say why, as skipped attacks do in a report: a family whose dataset the file
+does not name ("not run: ..."), or a cell that has not finished yet ("pending: ...").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rapt_audit.api.errors import ResultError
+from rapt_audit.api.types import Outcome, Skip
+from rapt_audit.benchmark.run import read_index
+from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result
+from rapt_audit.reporting.collect import Collection, Loaded, Problem
+
+
+@dataclass
+class Joined:
+    """A benchmark folder read back: the joined results and what is missing.
+
+    Attributes:
+        index: The folder's ``benchmark.json``.
+        collection: One joined result per task × setting × seed (its path: the task cell's file).
+        pending: The index's cells whose result is not there yet.
+        cells: Cell name → its own result (the cells that finished).
+    """
+
+    index: dict[str, Any]
+    collection: Collection
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    cells: dict[str, RunResult] = field(default_factory=dict)
+
+
+def _key(cell: dict[str, Any], dataset: str | None = None) -> str:
+    return json.dumps([cell["defense"], cell["setting"], cell["seed"], dataset or cell["dataset"]], sort_keys=True)
+
+
+def _read_cells(out: Path, index: dict[str, Any], coll: Collection) -> tuple[dict[str, RunResult], list[dict]]:
+    """Each indexed cell's result when its folder holds exactly that run; the others are pending or problems."""
+    found, pending = {}, []
+    for cell in index["cells"]:
+        path = out / cell["name"] / RESULT_FILE
+        if not path.is_file():
+            pending.append(cell)
+            continue
+        try:
+            result = read_result(path)
+        except ResultError as exc:
+            coll.problems.append(Problem(path, "corrupt", str(exc)))
+            pending.append(cell)
+            continue
+        if result.cell_id != cell["cell_id"]:
+            coll.problems.append(Problem(path, "corrupt", f"{path} holds cell {result.cell_id}, not the indexed "
+                                         f"cell {cell['cell_id']}; run the benchmark again"))
+            pending.append(cell)
+            continue
+        found[cell["name"]] = result
+    return found, pending
+
+
+def _dataset_signatures(index: dict[str, Any], found: dict[str, RunResult]) -> dict[str, str | None]:
+    """Dataset → the signature all its finished cells share (``None`` when they differ: each keeps its own)."""
+    seen: dict[str, set[str]] = {}
+    for cell in index["cells"]:
+        if cell["name"] in found:
+            seen.setdefault(cell["dataset"], set()).add(found[cell["name"]].signature)
+    return {ds: next(iter(sigs)) if len(sigs) == 1 else None for ds, sigs in seen.items()}
+
+
+def join(out: str | Path) -> Joined:
+    """Read a benchmark folder and join its cells (see the module docstring).
+
+    Raises:
+        ResultError: when the folder holds no benchmark index.
+    """
+    out = Path(out)
+    index = read_index(out)
+    coll = Collection()
+    found, pending = _read_cells(out, index, coll)
+    names = {_key(c): c["name"] for c in index["cells"]}
+    signatures = _dataset_signatures(index, found)
+    for task in index["tasks"]:
+        for cell in index["cells"]:
+            if cell["dataset"] != task or cell["name"] not in found:
+                continue
+            parts = {task: cell["name"]}
+            parts.update({ds: names.get(_key(cell, ds)) for ds in index["datasets"].values()})
+            merged = _merge(index, task, {ds: found.get(n) for ds, n in parts.items() if n}, parts, signatures)
+            coll.results.append(Loaded(out / cell["name"] / RESULT_FILE, merged))
+    return Joined(index, coll, pending, found)
+
+
+def _merge(index: dict[str, Any], task: str, results: dict[str, RunResult | None], names: dict[str, str | None],
+           signatures: dict[str, str | None]) -> RunResult:
+    """One joined result: the task cell's utility, each family's attacks from its dataset's cell."""
+    base = results[task]
+    assert base is not None
+    attacks: dict[str, Outcome] = {}
+    threat: dict[str, Any] = {}
+    for family, dataset in index["datasets"].items():
+        got = results.get(dataset)
+        for attack in index["family_attacks"].get(family, []):
+            if got is None:
+                attacks[attack] = Skip(f"pending: cell {names.get(dataset)} ({dataset}) has not finished; run the "
+                                       "benchmark again")
+                continue
+            attacks[attack] = got.attacks.get(attack, Skip(f"not in the result of cell {names.get(dataset)}"))
+            if attack in (got.env.get("threat_models") or {}):
+                threat[attack] = got.env["threat_models"][attack]
+    for family, names_not_run in index.get("not_run", {}).items():
+        for attack in names_not_run:
+            attacks[attack] = Skip(f"not run: the benchmark names no {family} dataset ([datasets] {family})")
+    parts = {ds: r for ds, r in results.items() if r is not None}
+    components = dict.fromkeys(signatures.get(ds) or r.signature for ds, r in parts.items())
+    signature = (f"benchmark:{index['name']}|task:{task}|service:{index.get('service_text', 'default')}|"
+                 + "+".join(components))  # one token (no spaces): shown as code
+    cell_id = hashlib.sha256(" ".join(sorted(r.cell_id for r in parts.values())).encode("utf-8")).hexdigest()[:12]
+    env = {**base.env, "threat_models": {**(base.env.get("threat_models") or {}), **threat},
+           # The row's cost: every cell it joins.
+           "wall_time_s": round(sum(float(r.env.get("wall_time_s") or 0.0) for r in parts.values()), 3),
+           "benchmark": {"name": index["name"], "file_sha256": index.get("file_sha256"),
+                         "service": index.get("service_text"),
+                         "cells": {ds: {"name": names.get(ds), "cell_id": r.cell_id} for ds, r in parts.items()}}}
+    # A cell of an attack family's dataset without task labels warns that it measured no utility; the
+    # joined row's utility comes from the task's cell, so that warning would be untrue here.
+    no_task = {f"dataset {r.dataset.get('name')} has no task labels, so utility was not measured"
+               for ds, r in parts.items() if ds != task}
+    warnings = [w for w in dict.fromkeys(w for r in parts.values() for w in r.warnings) if w not in no_task]
+    return RunResult(signature=signature, cell_id=cell_id, config=dict(base.config),
+                     dataset={**base.dataset, "name": task}, defense=dict(base.defense), utility=dict(base.utility),
+                     attacks=attacks, env=env, warnings=warnings)
+
+
+__all__ = ["Joined", "join"]

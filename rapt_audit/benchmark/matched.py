@@ -1,0 +1,217 @@
+"""Privacy at matched utility: each defense's empirical privacy where its utility is a share of the ceiling.
+
+η and ε mean different things in different mechanisms, so defenses are compared where a user would
+choose between them: at the utility they keep. For one comparable group (a benchmark's task):
+
+- **Ceiling**: ``identity``'s utility under the same protocol (its mean over seeds). The targets are
+  90 % and 95 % of it (:data:`FRACTIONS`).
+- **Reading**: a defense's measured settings (seeds combined) are points (utility, privacy); its
+  Pareto frontier (:func:`rapt_audit.reporting.pareto.pareto_front`) is read at the target by linear
+  interpolation between the two adjacent frontier settings that bracket it. No setting at or above
+  the target: **not reached** (never extrapolated). Every setting above it: the privacy of the most
+  private one is a **lower bound** (the grid stops before the target; more noise may keep the utility).
+  Interpolating assumes a setting between two measured ones lands between them; monotonicity in η is
+  not assumed (the frontier is read over the points, whatever their parameter).
+- **Interval**: a parametric bootstrap of the whole chain. Each resample draws the ceiling and every
+  setting's utility and privacy from its seed-combined estimate (a Student t with n − 1 degrees of
+  freedom scaled to the t-interval over n seeds; one seed: a normal scaled to its record-bootstrap
+  interval) and reads the frontiers again; the interval is the 2.5 – 97.5 % quantiles of the readings
+  that reached the target, and the share that did is shown when it is under 100 %. One ceiling draw
+  serves every defense of a resample, so comparisons are at the same target (and is the reference's
+  utility in it). A bounded measure (accuracy, 1 − attack success) is drawn inside [0, 1], as its
+  intervals are. A setting's utility and privacy are drawn independently (their correlation across
+  seeds is not modelled).
+- **Best**: the defense with the highest reading (``identity`` is the reference, not a candidate) when,
+  in the resamples, its lead over every other reading has a 2.5 % quantile above 0; otherwise "no
+  significant difference" between it and the defenses it does not clear.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from rapt_audit.api.types import Estimate
+from rapt_audit.reporting.figures import pareto_points, pick_utility
+from rapt_audit.reporting.pareto import Point, pareto_front
+from rapt_audit.reporting.summary import Group, Row
+from rapt_audit.scoring.metrics import declared
+
+FRACTIONS = (0.90, 0.95)
+RESAMPLES = 1000
+#: The defense whose utility is the ceiling, and which is shown for reference, never named best.
+REFERENCE = "identity"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One defense's privacy at one target utility.
+
+    Attributes:
+        defense: The defense.
+        value: The reading with its bootstrap interval (``None``: not reached).
+        kind: ``interpolated``, ``measured`` (a setting lies at the target), ``lower bound``, ``not reached``,
+            ``reference`` (the no-privacy defense's own privacy) or ``not measured`` (the attack never ran on it).
+        between: The settings it was read from.
+        reached: The share of resamples in which the target was reached.
+    """
+
+    defense: str
+    value: Estimate | None
+    kind: str
+    between: tuple[str, ...] = ()
+    reached: float = 1.0
+
+
+@dataclass
+class Matched:
+    """The matched-utility readings of one group: per attack and fraction, each defense's reading and the verdict."""
+
+    group: Group
+    utility: str | None
+    ceiling: Estimate | None = None
+    targets: dict[float, Estimate] = field(default_factory=dict)
+    readings: dict[str, dict[float, list[Reading]]] = field(default_factory=dict)
+    verdicts: dict[str, dict[float, str]] = field(default_factory=dict)
+    note: str = ""
+
+
+def at_utility(points: Sequence[Point], target: float) -> tuple[float | None, str, tuple[str, ...]]:
+    """The frontier of ``points`` read at utility ``target``: ``(privacy, kind, settings read from)``."""
+    if not points or not math.isfinite(target):
+        return None, "not reached", ()
+    front = [points[i] for i in pareto_front(points)]  # utility ascending, so privacy descending
+    reachable = [p for p in front if p.utility >= target]
+    if not reachable:
+        return None, "not reached", ()
+    above = reachable[0]
+    below = [p for p in front if p.utility < target]
+    if above.utility == target:
+        return above.privacy, "measured", (above.label,)
+    if not below:
+        return above.privacy, "lower bound", (above.label,)
+    low = below[-1]
+    weight = (target - low.utility) / (above.utility - low.utility)
+    return low.privacy + weight * (above.privacy - low.privacy), "interpolated", (low.label, above.label)
+
+
+def _draws(est: Estimate, seeds: int, rng: np.random.Generator, size: int, metric: str) -> np.ndarray:
+    """Resamples of an estimate: a t over seeds (the t-interval's scale), or a normal for one seed; a metric
+    declared bounded (accuracy, 1 − attack success) stays in [0, 1], as its intervals do."""
+    half = (est.ci_high - est.ci_low) / 2.0
+    if seeds > 1:
+        from scipy import stats as sps  # lazy (scipy)
+
+        drawn = est.value + half / float(sps.t.ppf(0.975, seeds - 1)) * rng.standard_t(seeds - 1, size)
+    else:
+        drawn = est.value + half / 1.959964 * rng.standard_normal(size)
+    found = declared(metric)
+    return np.clip(drawn, 0.0, 1.0) if found is not None and found.bounded else drawn
+
+
+def _verdict(readings: list[Reading], draws: dict[str, np.ndarray]) -> str:
+    """The best defense at one target, or the defenses it cannot be told apart from (see the module docstring)."""
+    candidates = [r for r in readings if r.defense != REFERENCE and r.value is not None]
+    if not candidates:
+        return "no defense reaches it"
+    best = max(candidates, key=lambda r: r.value.value)  # type: ignore[union-attr]
+    if len(candidates) == 1:
+        return f"{best.defense} (the only defense that reaches it)"
+    ties, bounded = [], []
+    for other in candidates:
+        if other is best:
+            continue
+        a, b = draws[best.defense], draws[other.defense]
+        # Not reached counts as worse than any reading; neither reached, as a tie.
+        diff = np.where(np.isnan(a) & np.isnan(b), 0.0,
+                        np.where(np.isnan(a), -np.inf, np.where(np.isnan(b), np.inf, a - b)))
+        if not np.quantile(diff, 0.025, method="lower") > 0:  # no interpolation: the draws hold ±inf
+            ties.append(other.defense)
+        elif other.kind == "lower bound":
+            bounded.append(other.defense)
+    if ties:
+        return f"no significant difference: {best.defense}, {', '.join(ties)}"
+    if bounded:
+        return (f"{best.defense} leads; not established against {', '.join(bounded)} (its grid stops above the "
+                "target, so its reading is a lower bound)")
+    return best.defense
+
+
+def _by_defense(group: Group) -> dict[str, list[Row]]:
+    rows: dict[str, list[Row]] = {}
+    for row in group.rows:
+        rows.setdefault(row.defense, []).append(row)
+    return rows
+
+
+def matched(group: Group, *, fractions: Sequence[float] = FRACTIONS, resamples: int = RESAMPLES,
+            seed: int = 0) -> Matched:
+    """Read every defense of ``group`` at each fraction of the ceiling, for every measured attack."""
+    utility = pick_utility(group)
+    out = Matched(group, utility)
+    reference = [r for r in group.rows if r.defense == REFERENCE and utility in r.utility]
+    if utility is None:
+        out.note = "no utility was measured, so there is no frontier to read"
+        return out
+    if not reference:
+        out.note = f"no {REFERENCE} row: the no-privacy ceiling is not measured, so no target utility can be set"
+        return out
+    ceiling_row = max(reference, key=lambda r: r.utility[utility].value)
+    out.ceiling = ceiling_row.utility[utility]
+    rng = np.random.default_rng(seed)
+    ceilings = _draws(out.ceiling, len(ceiling_row.seeds), rng, resamples, utility)
+    for f in fractions:
+        lo, hi = np.quantile(f * ceilings, [0.025, 0.975])
+        value = f * out.ceiling.value
+        out.targets[f] = Estimate(value, float(min(lo, value)), float(max(hi, value)), out.ceiling.n,
+                                  "bootstrap-parametric")
+    rows = _by_defense(group)
+    for attack in group.measured_attacks:
+        sampled: dict[str, tuple[list[Point], list[np.ndarray], list[np.ndarray]]] = {}
+        for defense, mine in rows.items():
+            points = pareto_points(Group(group.signature, mine), attack, utility)
+            rows_of = [p.key for p in points]
+            # The ceiling's row is drawn once: its utility in a resample is the ceiling of that resample.
+            utilities = [ceilings if r is ceiling_row else _draws(r.utility[utility], len(r.seeds), rng, resamples,
+                                                                  utility) for r in rows_of]
+            privacies = [_draws(r.privacy[attack], len(r.seeds), rng, resamples, group.headline(attack))
+                         for r in rows_of]
+            sampled[defense] = (points, utilities, privacies)
+        out.readings[attack], out.verdicts[attack] = {}, {}
+        for f in fractions:
+            readings, draws = [], {}
+            for defense, (points, us, ps) in sampled.items():
+                if not points:  # the attack skipped (or failed on) every setting: nothing to read
+                    readings.append(Reading(defense, None, "not measured", (), 0.0))
+                    continue
+                value, kind, between = at_utility(points, f * out.ceiling.value)
+                draws[defense] = np.array([_resampled(points, us, ps, i, f * ceilings[i]) for i in range(resamples)])
+                # The reference has one setting: its privacy is what it is, not a bound on a frontier.
+                kind = "reference" if defense == REFERENCE and value is not None else kind
+                readings.append(_reading(defense, value, kind, between, draws[defense]))
+            out.readings[attack][f] = readings
+            out.verdicts[attack][f] = _verdict(readings, draws)
+    return out
+
+
+def _resampled(points: Sequence[Point], us: Sequence[np.ndarray], ps: Sequence[np.ndarray], i: int,
+               target: float) -> float:
+    drawn = [Point(float(u[i]), float(p[i]), pt.label) for pt, u, p in zip(points, us, ps)]
+    value, _, _ = at_utility(drawn, target)
+    return math.nan if value is None else value
+
+
+def _reading(defense: str, value: float | None, kind: str, between: tuple[str, ...], draws: np.ndarray) -> Reading:
+    ok = draws[~np.isnan(draws)]
+    share = ok.size / draws.size if draws.size else 0.0
+    if value is None:
+        return Reading(defense, None, kind, between, share)
+    lo, hi = np.quantile(ok, [0.025, 0.975]) if ok.size else (value, value)
+    return Reading(defense, Estimate(value, float(min(lo, value)), float(max(hi, value)), int(ok.size),
+                                     "bootstrap-parametric"), kind, between, share)
+
+
+__all__ = ["FRACTIONS", "Matched", "REFERENCE", "RESAMPLES", "Reading", "at_utility", "matched"]

@@ -1,0 +1,179 @@
+"""A benchmark's cells (defense × grid point × seed × dataset), and what running them would cost.
+
+Each cell is an ordinary sweep cell (:class:`rapt_audit.pipeline.sweep.Cell`): the run that
+``rapt-audit run --defense D --dataset DS --seed S --attacks A --set KEY=VALUE ...`` makes, with the
+attacks of the families that read that dataset. Its folder is named by its settings and the first
+digits of its ``cell_id``, so a cell is found again only by its exact configuration: an interrupted
+benchmark run again reuses every finished cell, and editing the file never makes a folder hold a
+different run.
+
+Cost: a cell already finished costs nothing (it is reused) and says what it took
+(``env.wall_time_s``); a pending cell is estimated from the finished cells of the same defense on
+the same dataset, else from the per-profile table ``costs.toml`` next to this module.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI
+    import tomli as tomllib
+
+from rapt_audit.api.errors import ResultError
+from rapt_audit.benchmark.spec import Benchmark
+from rapt_audit.pipeline.cell_driver import duration
+from rapt_audit.pipeline.config import build_config
+from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result
+from rapt_audit.pipeline.sweep import Cell, cell_name
+
+#: The attack a task-only cell runs: a run needs one, and the attacker's prior costs nothing.
+PLACEHOLDER_ATTACK = "random_guess"
+COSTS_FILE = Path(__file__).with_name("costs.toml")
+
+
+@dataclass(frozen=True)
+class BenchCell:
+    """One cell of a benchmark: the sweep cell and what it stands for.
+
+    Attributes:
+        cell: The sweep cell (its configuration, folder name and ``--set`` pairs).
+        defense: The defense.
+        setting: The grid point as ``--set`` pairs (service, fixed and grid values).
+        varying: The pairs the defense's grid varies (how rows are labelled).
+        seed: The run seed.
+        dataset: The dataset the cell reads.
+        attacks: The attacks it runs.
+    """
+
+    cell: Cell
+    defense: str
+    setting: tuple[tuple[str, str], ...]
+    varying: tuple[tuple[str, str], ...]
+    seed: int
+    dataset: str
+    attacks: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """The cell's folder name inside the benchmark's output folder."""
+        return self.cell.name
+
+    def to_index(self) -> dict[str, Any]:
+        """The cell as the benchmark's index records it."""
+        return {"name": self.name, "defense": self.defense, "setting": dict(self.setting),
+                "varying": dict(self.varying), "seed": self.seed, "dataset": self.dataset,
+                "attacks": list(self.attacks), "cell_id": self.cell.config.cell_id()}
+
+
+def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
+               device: str | None = None) -> list[BenchCell]:
+    """Every cell of ``bench``, ordered defense (file order), grid point, seed, dataset.
+
+    A dataset that only a family without selected attacks reads has no cell; a task with no
+    attack of its own runs :data:`PLACEHOLDER_ATTACK` (a run needs one attack).
+    """
+    cells = []
+    for defense in bench.defenses:
+        for point in defense.points():
+            for seed in bench.seeds:
+                for dataset in bench.all_datasets:
+                    attacks = bench.attacks_for(dataset) or (PLACEHOLDER_ATTACK,)
+                    cli: dict[str, Any] = {"defense": defense.name, "dataset": dataset, "profile": bench.profile,
+                                           "model": bench.model, "seed": seed, "attacks": ",".join(attacks)}
+                    cli.update({k: v for k, v in (("data_dir", data_dir), ("device", device)) if v is not None})
+                    sets = [f"defense.{k}={v}" for k, v in point] + [f"data.{k}={v}" for k, v in bench.splits]
+                    config = build_config(cli=cli, sets=sets)
+                    varying = defense.varying(point)
+                    assignments = (("defense", defense.name), *varying, ("seed", str(seed)), ("dataset", dataset))
+                    name = f"{cell_name(assignments)}-{config.cell_id()[:6]}"
+                    cell = Cell(assignments, name, replace(config, out=str(out / name)))
+                    cells.append(BenchCell(cell, defense.name, point, varying, seed, dataset, attacks))
+    return cells
+
+
+def finished(cell: BenchCell) -> RunResult | None:
+    """The cell's result when its folder holds this exact run (a broken or other run counts as not finished)."""
+    path = Path(str(cell.cell.config.out)) / RESULT_FILE
+    if not path.is_file():
+        return None
+    try:
+        result = read_result(path)
+    except ResultError:
+        return None
+    return result if result.cell_id == cell.cell.config.cell_id() and not result.failed else None
+
+
+def profile_costs(profile: str) -> dict[str, float]:
+    """Seconds per cell by defense (and ``default``) for ``profile``, from ``costs.toml``."""
+    table = tomllib.loads(COSTS_FILE.read_text(encoding="utf-8"))
+    return {k: float(v) for k, v in table.get(profile, {}).items()}
+
+
+@dataclass(frozen=True)
+class CellCost:
+    """What a cell costs: ``seconds`` (0 when finished), and where the figure comes from."""
+
+    status: str
+    seconds: float
+    source: str
+
+
+def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
+    """Each cell's cost: finished cells are reused (their ``env.wall_time_s`` shown), others estimated."""
+    results = [finished(c) for c in cells]
+    similar: dict[tuple[str, str], list[float]] = {}
+    for cell, result in zip(cells, results):
+        wall = None if result is None else result.env.get("wall_time_s")
+        if isinstance(wall, (int, float)):
+            similar.setdefault((cell.defense, cell.dataset), []).append(float(wall))
+    table = profile_costs(profile)
+    costs = []
+    for cell, result in zip(cells, results):
+        if result is not None:
+            wall = result.env.get("wall_time_s")
+            costs.append(CellCost("complete", 0.0, f"reused (took {wall} s)"))
+            continue
+        seen = similar.get((cell.defense, cell.dataset))
+        if seen:
+            costs.append(CellCost("pending", sum(seen) / len(seen),
+                                  f"mean of {len(seen)} finished {cell.defense} cell(s) on {cell.dataset}"))
+        else:
+            seconds = table.get(cell.defense, table.get("default", 60.0))
+            costs.append(CellCost("pending", seconds, f"{profile}-profile estimate for {cell.defense} (costs.toml)"))
+    return costs
+
+
+def dry_run_text(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, jobs: int = 1,
+                 problems: Sequence[str] = (), notes: Sequence[str] = ()) -> str:
+    """The dry run's listing: the benchmark, every cell with its status and estimated cost, the total, then
+    ``notes`` (what the run would say here) and ``problems`` (what stops it)."""
+    costs = estimate_costs(cells, bench.profile)
+    lines = [f"benchmark {bench.name} ({bench.path}, sha256 {bench.sha256[:12]}): profile {bench.profile}, "
+             f"model {bench.model}, seeds {', '.join(map(str, bench.seeds))}, service {bench.service_text}",
+             "datasets: " + "; ".join([f"utility {', '.join(bench.tasks)}"] +
+                                      [f"{f} {d} ({', '.join(bench.family_attacks.get(f, ())) or 'no attack'})"
+                                       for f, d in bench.datasets.items()])]
+    lines += [f"not run: {f} attacks ({', '.join(a)}): [datasets] names no {f} dataset"
+              for f, a in bench.not_run.items()]
+    width = max((len(c.name) for c in cells), default=4)
+    lines += [f"{len(cells)} cells in {out}:", f"  {'cell':<{width}}  {'status':<8}  {'cost':>7}  estimated from"]
+    for cell, cost in zip(cells, costs):
+        lines.append(f"  {cell.name:<{width}}  {cost.status:<8}  {duration(cost.seconds):>7}  {cost.source}")
+    todo = [c for c in costs if c.status == "pending"]
+    total = sum(c.seconds for c in todo)
+    share = f"; with --jobs {jobs}, about {duration(total / jobs)}" if jobs > 1 else ""
+    lines.append(f"total: {len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run, about "
+                 f"{duration(total)} one after another{share}")
+    lines += [f"note: {n}" for n in notes] + [f"problem: {p}" for p in problems]
+    lines.append("dry run: nothing was run or written" + (" (fix the problems above first)" if problems else
+                                                           " (drop --dry-run to run it)"))
+    return "\n".join(lines)
+
+
+__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "dry_run_text", "estimate_costs",
+           "finished", "plan_cells", "profile_costs"]

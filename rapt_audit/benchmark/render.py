@@ -1,0 +1,167 @@
+"""``rapt-audit benchmark report``: the report and the leaderboard of a benchmark folder.
+
+Both are the existing ones (:func:`rapt_audit.reporting.report.write_report`,
+:func:`rapt_audit.reporting.leaderboard.render_leaderboard`) rendered from the joined results
+(:mod:`~rapt_audit.benchmark.join`: one row per defense setting, seeds combined, every attack family
+in it), with the benchmark's headline placed first: what it ran (protocol, datasets per attack
+family, families not run, cells still pending), how intervals combine seeds, and privacy at matched
+utility (:mod:`~rapt_audit.benchmark.matched`) with the best defense at each target.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from rapt_audit.api.files import write_text_atomic
+from rapt_audit.benchmark.join import Joined, join
+from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
+from rapt_audit.reporting.leaderboard import markdown_text, render_leaderboard
+from rapt_audit.reporting.report import write_report
+from rapt_audit.reporting.summary import fmt_estimate, group_results
+
+e = html.escape
+
+#: How the report says seeds are combined (the same rule as every report: ``scoring.stats.seed_summary``).
+SEEDS_NOTE = ("Seeds: each seed draws its own victim and attacker records (the splits are seeded by the run "
+              "seed) and its own training randomness, so the spread of the per-seed estimates holds both the "
+              "record and the seed-to-seed variance. A setting's value is the mean over its seeds, with a 95 % "
+              "Student-t interval over the per-seed estimates (n − 1 degrees of freedom: wide with 3 seeds, as it "
+              "should be); a single seed keeps its record-bootstrap interval.")
+MATCHED_NOTE = ("Privacy at matched utility: each defense's Pareto frontier (its settings, seeds combined) read "
+                "at the target utility by linear interpolation between the two adjacent settings that bracket it; "
+                "'not reached' where no setting keeps that much utility (never extrapolated); '≥' where every "
+                "setting keeps more (the grid stops before the target: a lower bound). Intervals: a parametric "
+                "bootstrap that redraws the ceiling and every setting from its interval and reads the frontier "
+                "again. Best: the highest reading whose lead over every other defense stays above 0 in 97.5 % of "
+                f"the resamples; {REFERENCE} is the no-privacy reference, not a candidate.")
+
+
+def _reading_text(reading: Reading) -> str:
+    if reading.value is None:
+        return "not measured" if reading.kind == "not measured" else "not reached"
+    text = ("≥ " if reading.kind == "lower bound" else "") + fmt_estimate(reading.value)
+    if reading.reached < 0.995:
+        text += f" (reached in {100 * reading.reached:.0f} % of resamples)"
+    return text
+
+
+def _facts(index: dict[str, Any], joined: Joined) -> list[tuple[str, str]]:
+    """What the benchmark ran, as ``(heading, text)``: the same facts for the HTML and the Markdown."""
+    facts = [("benchmark", f"{index['name']} (file {index['file']}, sha256 {str(index.get('file_sha256'))[:12]}), "
+                           f"profile {index['profile']}, model {index['model']}, seeds "
+                           f"{', '.join(map(str, index['seeds']))}"),
+             ("service", f"{index.get('service_text', 'default')}: applied to every defense whose service customizes "
+                         "the encoder (a method parameter); the others train their own head on what they release"),
+             ("datasets", "; ".join([f"utility on {', '.join(index['tasks'])}"] + [
+                 f"{family} attacks ({', '.join(index['family_attacks'].get(family, [])) or 'none selected'}) on "
+                 f"{dataset}" for family, dataset in index["datasets"].items()]))]
+    facts += [("not run", f"{family} attacks ({', '.join(names)}): the benchmark names no {family} dataset")
+              for family, names in index.get("not_run", {}).items()]
+    if joined.pending:
+        shown = ", ".join(c["name"] for c in joined.pending[:6]) + (" ..." if len(joined.pending) > 6 else "")
+        facts.append(("pending", f"{len(joined.pending)} of {len(index['cells'])} cells have no result yet ({shown}); "
+                                 "their rows or attacks are missing: run the benchmark again to finish them"))
+    if index.get("description"):
+        facts.insert(0, ("about", str(index["description"])))
+    return facts
+
+
+def _attacks(table: Matched) -> list[str]:
+    return list(table.readings)
+
+
+def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched]) -> str:
+    """The report's benchmark section: the facts, the seed rule, and each task's matched-utility tables."""
+    parts = ["<section class='group' id='benchmark'><h2>Benchmark: privacy at matched utility</h2><ul>"]
+    parts += [f"<li><strong>{e(head)}</strong>: {e(text)}</li>" for head, text in _facts(index, joined)]
+    parts += ["</ul>", f"<p class='note'>{e(SEEDS_NOTE)}</p>", f"<p class='note'>{e(MATCHED_NOTE)}</p>"]
+    for table in tables:
+        first = table.group.first
+        parts.append(f"<h3>task {e(str(first.dataset.get('name')))}</h3>"
+                     f"<p class='sig'>signature <code>{e(table.group.signature)}</code></p>")
+        if table.ceiling is None:
+            parts.append(f"<p class='note'>Not read: {e(table.note)}.</p>")
+            continue
+        parts.append(f"<p>Ceiling ({REFERENCE}, {e(str(table.utility))}): {e(fmt_estimate(table.ceiling))}.</p>")
+        attacks = _attacks(table)
+        for f in FRACTIONS:
+            head = "".join(f"<th>{e(a)}</th>" for a in attacks)
+            defenses = [r.defense for r in table.readings[attacks[0]][f]] if attacks else []
+            body = []
+            for defense in defenses:
+                cells = "".join(f"<td class='num'>{e(_reading_text(_find(table, a, f, defense)))}</td>"
+                                for a in attacks)
+                tag = " <span class='tag'>reference</span>" if defense == REFERENCE else ""
+                body.append(f"<tr><th scope='row'>{e(defense)}{tag}</th>{cells}</tr>")
+            best = "".join(f"<td>{e(table.verdicts[a][f])}</td>" for a in attacks)
+            parts.append(f"<h4>utility = {100 * f:.0f} % of the ceiling: {e(str(table.utility))} "
+                         f"{e(fmt_estimate(table.targets[f]))}</h4><table><thead><tr><th>defense</th>{head}</tr>"
+                         f"</thead><tbody>{''.join(body)}<tr><th scope='row'>best</th>{best}</tr></tbody></table>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _find(table: Matched, attack: str, fraction: float, defense: str) -> Reading:
+    return next(r for r in table.readings[attack][fraction] if r.defense == defense)
+
+
+def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Matched]) -> str:
+    """The leaderboard's headline: the same facts and matched-utility tables, in Markdown."""
+    t = markdown_text
+    lines = ["## Privacy at matched utility", ""]
+    lines += [f"- **{t(head)}**: {t(text)}" for head, text in _facts(index, joined)]
+    lines += ["", t(SEEDS_NOTE), "", t(MATCHED_NOTE), ""]
+    for table in tables:
+        lines += [f"### task {t(table.group.first.dataset.get('name'))}", ""]
+        if table.ceiling is None:
+            lines += [f"Not read: {t(table.note)}.", ""]
+            continue
+        lines += [f"Ceiling ({REFERENCE}, {t(table.utility)}): {fmt_estimate(table.ceiling)}.", ""]
+        attacks = _attacks(table)
+        for f in FRACTIONS:
+            lines += [f"**Utility = {100 * f:.0f} % of the ceiling** ({t(table.utility)} "
+                      f"{fmt_estimate(table.targets[f])}): empirical privacy ↑", "",
+                      "| defense | " + " | ".join(t(a) for a in attacks) + " |",
+                      "|---|" + "---:|" * len(attacks)]
+            for reading in (table.readings[attacks[0]][f] if attacks else []):
+                d = reading.defense
+                lines.append(f"| {t(d)}{' (reference)' if d == REFERENCE else ''} | "
+                             + " | ".join(t(_reading_text(_find(table, a, f, d))) for a in attacks) + " |")
+            lines += ["| **best** | " + " | ".join(t(table.verdicts[a][f]) for a in attacks) + " |", ""]
+    return "\n".join(lines)
+
+
+def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
+                           leaderboard: str | Path | None = None,
+                           title: str | None = None) -> tuple[Path, Path, Joined]:
+    """Render a benchmark folder's report (HTML) and leaderboard (Markdown).
+
+    Args:
+        folder: The output folder of ``rapt-audit benchmark run``.
+        out: The HTML file (default ``FOLDER/index.html``; figures go to ``figures/`` beside it).
+        leaderboard: The Markdown file (default ``FOLDER/leaderboard.md``).
+        title: The heading (default ``benchmark NAME``).
+
+    Raises:
+        ResultError: when the folder holds no benchmark index or no finished cell of a task.
+    """
+    folder = Path(folder)
+    joined = join(folder)
+    index = joined.index
+    out = Path(out) if out is not None else folder / "index.html"
+    leaderboard = Path(leaderboard) if leaderboard is not None else folder / "leaderboard.md"
+    title = title or f"rapt-audit benchmark {index['name']}"
+    joined.collection.require_results(f"the report of benchmark {index['name']} (no task cell has finished)")
+    tables = [matched(group) for group in group_results(joined.collection.results)]
+    write_report([], out=out, title=title, collection=joined.collection,
+                 headline=matched_html(index, joined, tables))
+    link = os.path.relpath(out.resolve(), leaderboard.parent.resolve()).replace(os.sep, "/")
+    write_text_atomic(leaderboard, render_leaderboard(joined.collection, report=link, title=title,
+                                                      preamble=matched_markdown(index, joined, tables)))
+    return out, leaderboard, joined
+
+
+__all__ = ["MATCHED_NOTE", "SEEDS_NOTE", "matched_html", "matched_markdown", "write_benchmark_report"]

@@ -1,0 +1,112 @@
+"""Running a benchmark: its cells through the sweep machinery, and the index that says what they are.
+
+There is one implementation of running cells: :func:`rapt_audit.pipeline.sweep.run_sweep` (in this
+process with ``--time-budget``, in worker processes with ``--jobs N``, on Ray with ``--executor ray``).
+It checks every cell before any work, reuses the cells whose folder holds their exact run, and writes
+``sweep.json`` as cells finish. What a benchmark adds is ``benchmark.json``, the index: the file's
+sha256 and its text's parse (tasks, the dataset of each attack family, the service protocol, the
+defenses and their grids) and every cell with what it stands for (defense, setting, seed, dataset,
+attacks, cell id), which the report reads to join the cells of one setting and seed. A copy of the
+file goes beside it (``benchmark.toml``), so the folder says how to run it again.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from rapt_audit.api.errors import ResultError
+from rapt_audit.api.files import write_json_atomic, write_text_atomic
+from rapt_audit.api.locks import hold_out_dir
+from rapt_audit.benchmark.plan import BenchCell
+from rapt_audit.benchmark.spec import Benchmark, set_text
+from rapt_audit.pipeline.results import RunResult
+from rapt_audit.pipeline.sweep import SWEEP_INDEX, Axis, Cell, Executor, run_sweep
+
+INDEX_FILE = "benchmark.json"
+INDEX_SCHEMA = "rapt-audit/benchmark/1"
+COPY_FILE = "benchmark.toml"
+Log = Callable[[str], None]
+
+
+def default_out(bench: Benchmark) -> Path:
+    """``runs/benchmark-NAME``: where a benchmark run without ``--out`` writes."""
+    return Path("runs") / f"benchmark-{bench.name}"
+
+
+def index_document(bench: Benchmark, cells: Sequence[BenchCell]) -> dict[str, Any]:
+    """The index of a benchmark's output folder (see the module docstring)."""
+    return {"schema": INDEX_SCHEMA, "name": bench.name, "file": str(bench.path), "file_sha256": bench.sha256,
+            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "description": bench.description, "profile": bench.profile, "model": bench.model,
+            "seeds": list(bench.seeds), "service": {k: set_text(v) for k, v in bench.service},
+            "service_text": bench.service_text, "tasks": list(bench.tasks), "datasets": dict(bench.datasets),
+            "family_attacks": {f: list(a) for f, a in bench.family_attacks.items()},
+            "not_run": {f: list(a) for f, a in bench.not_run.items()},
+            # Values as --set text: JSON has no infinity, and the text is what the cells ran with.
+            "defenses": {d.name: {"service": {k: set_text(v) for k, v in d.service},
+                                  "fixed": {k: set_text(v) for k, v in d.fixed},
+                                  "grid": {k: [set_text(x) for x in v] for k, v in d.grid}} for d in bench.defenses},
+            "sweep": SWEEP_INDEX, "cells": [c.to_index() for c in cells]}
+
+
+def read_index(out: str | Path) -> dict[str, Any]:
+    """The index of a benchmark's output folder.
+
+    Raises:
+        ResultError: when the folder holds no benchmark index, or an unreadable one.
+    """
+    path = Path(out) / INDEX_FILE
+    if not path.is_file():
+        raise ResultError(f"{out} holds no {INDEX_FILE}: it is not the output of rapt-audit benchmark run "
+                          "(run one with: rapt-audit benchmark run NAME --out DIR)")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ResultError(f"{path} cannot be read: {exc}; run the benchmark again to rewrite it") from None
+    if not isinstance(doc, dict) or doc.get("schema") != INDEX_SCHEMA or not isinstance(doc.get("cells"), list):
+        raise ResultError(f"{path} is not a benchmark index of schema {INDEX_SCHEMA!r}; run the benchmark again "
+                          "with this rapt-audit to rewrite it")
+    return doc
+
+
+def axes_of(cells: Sequence[BenchCell]) -> list[Axis]:
+    """What ``sweep.json`` records as the sweep's axes: the defenses, seeds and datasets of the cells."""
+    return [Axis("defense", tuple(dict.fromkeys(c.defense for c in cells))),
+            Axis("seed", tuple(dict.fromkeys(str(c.seed) for c in cells))),
+            Axis("dataset", tuple(dict.fromkeys(c.dataset for c in cells)))]
+
+
+def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, log: Log | None = None,
+                  progress: bool = False, executor: Executor | None = None,
+                  time_budget: float | None = None) -> list[tuple[Cell, RunResult]]:
+    """Write the index and run every cell that is not finished; return each finished cell's result.
+
+    The output folder's lock is held from the index's write to the last cell (a second command on it
+    fails at once). A file changed since the folder's last run is said so; its finished cells that
+    still match a cell exactly are reused.
+
+    Raises:
+        CellsFailed, BudgetSpent, KeyboardInterrupt: as :func:`rapt_audit.pipeline.sweep.run_sweep`
+            (finished cells are kept and a rerun goes on).
+    """
+    say = log or (lambda _msg: None)
+    with hold_out_dir(out):
+        previous = None
+        try:
+            previous = read_index(out).get("file_sha256")
+        except ResultError:
+            pass
+        if previous is not None and previous != bench.sha256:
+            say(f"{bench.path} changed since {out} was last run (sha256 {previous[:12]} → {bench.sha256[:12]}); "
+                "finished cells that match a cell of the file exactly are reused")
+        write_text_atomic(out / COPY_FILE, bench.text)
+        write_json_atomic(out / INDEX_FILE, index_document(bench, cells))
+        return run_sweep([c.cell for c in cells], out=out, axes=axes_of(cells), log=log, progress=progress,
+                         executor=executor, time_budget=time_budget)
+
+
+__all__ = ["COPY_FILE", "INDEX_FILE", "INDEX_SCHEMA", "axes_of", "default_out", "index_document", "read_index",
+           "run_benchmark"]

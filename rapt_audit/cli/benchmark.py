@@ -1,0 +1,101 @@
+"""``rapt-audit benchmark run|report``: a declared benchmark (``benchmarks/NAME.toml``) run, and read."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rapt_audit.api.errors import UsageError
+from rapt_audit.benchmark.plan import dry_run_text, plan_cells
+from rapt_audit.benchmark.render import write_benchmark_report
+from rapt_audit.benchmark.run import default_out, run_benchmark
+from rapt_audit.benchmark.validate import load_benchmark
+from rapt_audit.cli.options import add_cell_options, cell_executor
+from rapt_audit.pipeline import sweep
+from rapt_audit.pipeline.runner import check_paper_device
+
+#: Exit status when every cell finished but some attacks failed (as ``run``'s: the report marks them failed).
+EXIT_ATTACKS_FAILED = 3
+
+EPILOG = """examples:
+  rapt-audit benchmark run smoke --out runs/bench-smoke
+  rapt-audit benchmark run sst2-paper --dry-run
+  rapt-audit benchmark run sst2-cpu --jobs 2 --time-budget 3000
+  rapt-audit benchmark report runs/bench-smoke
+NAME is a benchmark shipped with rapt-audit (the repository's benchmarks/ folder); FILE is any .toml of
+the same format (README: Benchmarks). Every cell is checked before any work; a bad file stops with
+FILE:LINE and the fix. Finished cells are reused, so an interrupted benchmark run again goes on; run
+renders DIR/index.html and DIR/leaderboard.md when every cell has finished."""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register the ``benchmark`` sub-command and its ``run`` and ``report`` actions."""
+    p = sub.add_parser("benchmark", help="run a declared benchmark (benchmarks/NAME.toml), render its report",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = p.add_subparsers(dest="benchmark_command", required=True, metavar="{run,report}")
+    run = actions.add_parser("run", help="run every cell of a benchmark (finished cells are reused)")
+    run.add_argument("benchmark", metavar="NAME|FILE",
+                     help="a shipped benchmark (smoke, sst2-cpu, sst2-paper) or a .toml file")
+    run.add_argument("--out", default=None, help="output folder (default runs/benchmark-NAME)")
+    run.add_argument("--data-dir", dest="data_dir", default=None, help="data folder (default $RAPT_AUDIT_DATA)")
+    run.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"], help="torch device (default auto)")
+    run.add_argument("--dry-run", dest="dry_run", action="store_true",
+                     help="check the file, list every cell with its estimated cost, run nothing")
+    run.add_argument("--quiet", action="store_true", help="no progress output")
+    add_cell_options(run)
+    report = actions.add_parser("report", help="render a benchmark folder's report and leaderboard")
+    report.add_argument("folder", metavar="DIR", help="the --out folder of benchmark run")
+    report.add_argument("--out", default=None, help="HTML file (default DIR/index.html)")
+    report.add_argument("--leaderboard", default=None, help="Markdown file (default DIR/leaderboard.md)")
+    report.add_argument("--title", default=None)
+
+
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    """Run ``benchmark run`` or ``benchmark report``."""
+    if args.benchmark_command == "report":
+        html, markdown, joined = write_benchmark_report(args.folder, out=args.out, leaderboard=args.leaderboard,
+                                                        title=args.title)
+        joined.collection.warn_problems()
+        print(f"wrote {html} and {markdown} ({len(joined.collection.results)} joined row(s) of "
+              f"{len(joined.cells)} finished cell(s); {len(joined.pending)} pending)")
+        return 0
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    problems: list[str] | None = [] if args.dry_run else None  # a dry run lists the cells even without the data
+    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, problems=problems)
+    out = Path(args.out) if args.out else default_out(bench)
+    cells = plan_cells(bench, out=out, data_dir=args.data_dir, device=args.device)
+    executor = cell_executor(args, cells=True) if not args.dry_run else None
+    if args.dry_run:
+        notes = []
+        try:  # the run would refuse the paper profile here; the listing is still right for a GPU machine
+            check_paper_device(cells[0].cell.config) if cells else None
+        except UsageError as exc:
+            notes.append(str(exc))
+        print(dry_run_text(bench, cells, out=out, jobs=args.jobs, problems=problems or (), notes=notes))
+        return 2 if problems else 0
+    log = None if args.quiet else (lambda msg: print(f"[rapt-audit] {msg}", file=sys.stderr, flush=True))
+    try:
+        results = run_benchmark(bench, cells, out=out, log=log, progress=not args.quiet and sys.stderr.isatty(),
+                                executor=executor, time_budget=args.time_budget)
+    except sweep.CellsFailed:  # main() lists the failed cells (exit 2); what finished can be read already
+        print(f"render what finished with: rapt-audit benchmark report {out}", file=sys.stderr)
+        raise
+    except sweep.BudgetSpent as spent:  # not an error: the same command goes on later
+        print(f"rapt-audit: {spent}", file=sys.stderr)
+        print(f"render what finished so far with: rapt-audit benchmark report {out}")
+        return sweep.BudgetSpent.EXIT_CODE
+    html, markdown, _ = write_benchmark_report(out)
+    print(f"benchmark {bench.name}: {len(results)} cells in {out}; wrote {html} and {markdown}")
+    failed = sorted({f"{name} ({cell.label})" for cell, r in results for name in r.failed})
+    if failed:
+        print(f"rapt-audit: {len(failed)} attack run(s) failed and are marked failed in the report: "
+              + "; ".join(failed), file=sys.stderr)
+        return EXIT_ATTACKS_FAILED
+    return 0
+
+
+__all__ = ["EXIT_ATTACKS_FAILED", "add_parser", "cmd_benchmark"]
