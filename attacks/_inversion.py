@@ -32,6 +32,7 @@ from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat
 from rapt_audit.api.types import AttackerData, Record, Release, Skip
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
 from rapt_audit.attacks._token_views import TokenView, Units, build_views, release_kind, units_of, views_for
+from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
 from rapt_audit.utility.state_cache import cached_state, code_digest
@@ -145,7 +146,7 @@ class LearnedTokenInversion(CheckedParams):
             digest.update(f"{array.dtype}{array.shape}".encode("ascii"))
             digest.update(array.tobytes())
         signature = {"attack": self.name, "params": get_params(self), "data": digest.hexdigest(),
-                     "model": ctx.encoder().fingerprint, "seed": ctx.seed, "device": ctx.device,
+                     "model": model_fingerprint(ctx.model, cache_dir=ctx.cache_dir), "seed": ctx.seed, "device": ctx.device,
                      "precision": ctx.precision, "code": CODE_VERSION}
         net = self._net
 

@@ -365,5 +365,12 @@ def test_trained_inversion_net_is_read_back_for_the_same_release(tmp_path, split
     assert {k: v for k, v in first._fit_details.items() if k != "model_from_cache"} == \
         {k: v for k, v in again._fit_details.items() if k != "model_from_cache"}
     assert first._fit_details["best_epoch"] > 0
+    # Read back in a fresh process-like context, the attack needs neither training nor the encoder itself
+    # (token ids come from tokenizer.json, the vectors from the embedding space's disk cache).
+    fresh = RunContext(seed=5, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RunContext, "encoder", lambda self: pytest.fail("a warm read-back loaded the encoder"))
+        third = make_plugin(ATTACKS, name, ATTACKS.get(name).profiles["smoke"]).fit(splits.attacker, defense, ctx=fresh)
+    assert third._fit_details["model_from_cache"] is True
     other = make_plugin(ATTACKS, name, ATTACKS.get(name).profiles["smoke"])
     assert other.fit(splits.attacker, released("embedding", 50.0)[0], ctx=ctx)._fit_details["model_from_cache"] is False

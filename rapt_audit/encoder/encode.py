@@ -20,6 +20,7 @@ import numpy as np
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.types import Record, uid_key
 from rapt_audit.encoder.models import LoadedModel
+from rapt_audit.encoder.vocab import embedding_space
 
 
 MAX_TOKENS = 126  # 128 positions minus [CLS] and [SEP] (the papers' maximum length)
@@ -123,7 +124,7 @@ def token_id_lists(ctx: RunContext, texts: Sequence[str], *, limit: int | None =
     """Model token ids of each text (no special tokens), int64; the first ``limit`` of each when given."""
     if not texts:
         return []
-    tokenizer = ctx.encoder().tokenizer
+    tokenizer = ctx.tokenizer()  # the model's tokenizer.json where it ships one: no encoder loaded for ids
     if limit is None:
         return [np.asarray(ids, dtype=np.int64)
                 for ids in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]]
@@ -150,9 +151,10 @@ def _first_ids(tokenizer: Any, text: str, limit: int) -> list[int]:
 
 
 def input_table(ctx: RunContext) -> np.ndarray:
-    """The encoder's full input-embedding matrix as float32 numpy (shared per run)."""
-    return ctx.shared(("input_embedding_table", ctx.model),
-                      lambda: ctx.encoder().model.get_input_embeddings().weight.detach().float().cpu().numpy())
+    """The encoder's full input-embedding matrix as float32 numpy (shared per run): the embedding space's
+    ``all_vectors``, read from its disk cache when warm, so a run that needs only the table (the attribute
+    attack on a warm cache) does not load the encoder."""
+    return ctx.shared(("input_embedding_table", ctx.model), lambda: embedding_space(ctx).all_vectors)
 
 
 def encode_pooled(ctx: RunContext, texts: Sequence[str]) -> np.ndarray:

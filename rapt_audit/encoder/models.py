@@ -150,8 +150,12 @@ class FastTokenizer:
         self.backend.no_truncation()
         self.backend.no_padding()
 
-    def __call__(self, texts: list[str], add_special_tokens: bool = True) -> dict[str, list[list[int]]]:
-        """``{"input_ids": [ids of each text]}``, as the Hugging Face tokenizer returns them."""
+    def __call__(self, texts: list[str] | str, add_special_tokens: bool = True,
+                 verbose: bool = True) -> dict[str, Any]:
+        """``{"input_ids": [ids of each text]}`` (for one string, its ids), as the Hugging Face tokenizer
+        returns them; ``verbose`` is accepted for the same signature (this tokenizer never warns)."""
+        if isinstance(texts, str):
+            return {"input_ids": self.backend.encode(texts, add_special_tokens=add_special_tokens).ids}
         encodings = self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return {"input_ids": [encoding.ids for encoding in encodings]}
 
