@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from rapt_audit.api.types import Attack, AttackerData, AttackResult, Defense, Estimate, Record, Release, Skip, Span
 from rapt_audit.api.version import __version__
+from rapt_audit.audit.black_box import audit_defense
 from rapt_audit.pipeline.config import RunConfig, build_config
 from rapt_audit.pipeline.runner import run
-from rapt_audit.pipeline.privacy_audit import audit_defense
-from rapt_audit.pipeline.user_side import Privatizer, privatize
 from rapt_audit.reporting.frames import load, summarize
+from rapt_audit.user_side.privatizer import Privatizer, privatize
 
 __all__ = ["Attack", "AttackResult", "AttackerData", "Defense", "Estimate", "Privatizer", "Record", "Release",
            "RunConfig", "Skip", "Span", "__version__", "audit_defense", "build_config", "load", "privatize", "run",

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from rapt_audit.api.errors import ModelError
+from rapt_audit.bundle import analyses as bundle_analyses
 from rapt_audit.mechanisms import analysis_pack
 from rapt_audit.mechanisms.analyses import entity_spans, pos_tags, text_entities, words
 from rapt_audit.mechanisms.engines import tagger
 from rapt_audit.mechanisms.pos import load_tagger, ptb_tags, spacy_entity_spans, spacy_version_key
-from rapt_audit.pipeline import bundle_analyses
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.context import RunContext
 

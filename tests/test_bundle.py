@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.bundle import packing as bundle_mod
+from rapt_audit.bundle import target
+from rapt_audit.bundle.pieces import encode_model, read_safetensors
+from rapt_audit.bundle.wheels import closure, float_regions, keep, spacy_languages, stage, wheels_in
 from rapt_audit.cli.bundle import cmd_bundle, provided_names, run_configs
 from rapt_audit.cli.main import build_parser
-from rapt_audit.pipeline import bundle as bundle_mod
-from rapt_audit.pipeline import bundle_target as target
-from rapt_audit.pipeline.bundle_pieces import encode_model, read_safetensors
-from rapt_audit.pipeline.bundle_wheels import closure, float_regions, keep, spacy_languages, stage, wheels_in
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 CP = f"cp{sys.version_info[0]}{sys.version_info[1]}"

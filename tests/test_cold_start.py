@@ -82,11 +82,11 @@ def test_float64_search_breaks_ties_to_the_lowest_row():
 
 @pytest.mark.parametrize("defense", ["t2t", "pct2t"])
 def test_a_short_text_is_privatized_without_importing_torch(defense):
-    from rapt_audit.pipeline.user_side import privatize
+    from rapt_audit.user_side.privatizer import privatize
 
     privatize(TEXTS[1], defense, eta=100)  # the first start on a machine fills the caches (it needs torch)
     code = ("import sys\n"
-            "from rapt_audit.pipeline.user_side import privatize\n"
+            "from rapt_audit.user_side.privatizer import privatize\n"
             f"out, record = privatize({TEXTS[0]!r}, {defense!r}, eta=100, seed=3)\n"
             "print(out[0])\n"
             "print('torch' in sys.modules)\n")

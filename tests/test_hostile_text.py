@@ -20,7 +20,7 @@ import pytest
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.types import Record
 from rapt_audit.cli import main
-from rapt_audit.pipeline.user_side import Privatizer
+from rapt_audit.user_side.privatizer import Privatizer
 from tests.benchmarks.test_bench_privatize import _peak_rss_mb
 
 C0 = "".join(chr(c) for c in range(0x20) if chr(c) not in "\t\n\r")

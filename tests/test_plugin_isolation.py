@@ -197,6 +197,15 @@ def test_a_cell_whose_attack_failed_runs_again_once_the_plugin_is_fixed(tmp_path
     assert isinstance(read_result(tmp_path / "run").attacks["flaky"], AttackResult)
 
 
+def test_a_sweep_names_the_cell_of_each_failed_attack(tmp_path, register):
+    register(ATTACKS, "flaky", RaisesInAttack)
+    argv = ["run", "--defense", "identity", "--attacks", "flaky,random_guess", "--sweep", "seed=1,2",
+            "--out", str(tmp_path / "sweep"), *SMOKE]
+    code, _, err = _main(argv)
+    assert code == 3, err
+    assert "2 attack(s) failed" in err and "  seed=1: flaky: " in err and "  seed=2: flaky: " in err
+
+
 @pytest.mark.parametrize(("cls", "message"), [
     (DefenseRaises, r"defense 'broken_defense' raised KeyError in fit\(\): 'no such table' \(at .*"
                     r"test_plugin_isolation\.py:\d+ in fit\)"),

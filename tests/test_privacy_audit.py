@@ -303,7 +303,7 @@ def test_laplace_release_audit_catches_planted_bugs(bug, tmp_path):
     from rapt_audit.api.params import make_plugin
     from rapt_audit.api.plugins import DEFENSES, load
     from rapt_audit.pipeline.context import RunContext
-    from rapt_audit.pipeline.privacy_audit import _audit_laplace
+    from rapt_audit.audit.black_box import _audit_laplace
 
     load()
     ctx = RunContext(seed=4, cache_dir=tmp_path)
@@ -330,7 +330,7 @@ def test_laplace_release_audit_catches_planted_bugs(bug, tmp_path):
 def test_report_shows_audit_documents(tmp_path):
     """``rapt-audit report`` picks up ``audit*.json`` files: one table per audit, claim beside the bound."""
     from rapt_audit.api.files import write_json_atomic
-    from rapt_audit.pipeline.privacy_audit import audit_defense
+    from rapt_audit.audit.black_box import audit_defense
     from rapt_audit.reporting.report import write_report
 
     report = audit_defense("embedding", {"eta": 5}, samples=1_000, pairs=2, search=0)

@@ -9,7 +9,7 @@ import pytest
 import rapt_audit
 from rapt_audit.api.errors import UsageError
 from rapt_audit.cli import main
-from rapt_audit.pipeline.user_side import Privatizer, segments_of
+from rapt_audit.user_side.privatizer import Privatizer, segments_of
 
 TEXTS = ["My landlord John Smith in Boston raised the rent again.",
          "I take my medication every morning before work.",

@@ -70,7 +70,7 @@ def test_read_only_cache_folder_works_from_memory_with_one_warning(tmp_path, mon
 
 def test_unwritable_cache_still_privatizes(tmp_path, monkeypatch):
     """A cache path that is a file (so nothing can be created under it): privatize still works."""
-    from rapt_audit.pipeline.user_side import Privatizer
+    from rapt_audit.user_side.privatizer import Privatizer
 
     blocker = tmp_path / "cache"
     blocker.write_text("a file, not a folder", encoding="utf-8")

@@ -109,7 +109,7 @@ def finished(cell: BenchCell) -> RunResult | None:
 
 
 def profile_costs(profile: str) -> dict[str, float]:
-    """Seconds per cell by defense (and ``default``) for ``profile``, from ``costs.toml``."""
+    """Seconds per cell for ``profile``, from ``costs.toml``: by ``defense.dataset``, by defense, and ``default``."""
     table = tomllib.loads(COSTS_FILE.read_text(encoding="utf-8"))
     return {k: float(v) for k, v in table.get(profile, {}).items()}
 
@@ -143,8 +143,11 @@ def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
             costs.append(CellCost("pending", sum(seen) / len(seen),
                                   f"mean of {len(seen)} finished {cell.defense} cell(s) on {cell.dataset}"))
         else:
-            seconds = table.get(cell.defense, table.get("default", 60.0))
-            costs.append(CellCost("pending", seconds, f"{profile}-profile estimate for {cell.defense} (costs.toml)"))
+            # The attack families cost differently (a task cell trains the service, an attribute or NER cell
+            # does not): a figure for the defense on this dataset wins over the defense's, then the default.
+            key = next((k for k in (f"{cell.defense}.{cell.dataset}", cell.defense) if k in table), "default")
+            seconds = table.get(key, 60.0)
+            costs.append(CellCost("pending", seconds, f"{profile}-profile estimate for {key} (costs.toml)"))
     return costs
 
 

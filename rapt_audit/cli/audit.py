@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.params import coerce
+from rapt_audit.audit.black_box import AUDITED, AuditReport, audit_defense
 from rapt_audit.cli.options import defense_params
-from rapt_audit.pipeline.privacy_audit import AUDITED, AuditReport, audit_defense
 
 EPILOG = """examples:
   rapt-audit audit --defense embedding --set eta=5 --samples 2000 --pairs 2

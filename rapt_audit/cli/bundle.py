@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.bundle.packing import DEFAULT_MAX_MIB, pack
 from rapt_audit.pipeline import sweep
-from rapt_audit.pipeline.bundle import DEFAULT_MAX_MIB, pack
 from rapt_audit.pipeline.config import RunConfig, build_config
 
 EPILOG = """The command after -- is what runs on the GPU machine, e.g. the paper-profile RAPT audit:

@@ -203,16 +203,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_sweep(args, cli, config, log=log, progress=progress, executor=executor)
     result = run(config, log=log, progress=progress)
     print(format_result(result))
-    return _attacks_failed([result], where=str(config.out or "the output directory"))
+    return _attacks_failed([("", result)], where=str(config.out or "the output directory"))
 
 
 #: Exit status of a run or sweep whose result was written but some of whose attacks failed.
 EXIT_ATTACKS_FAILED = 3
 
 
-def _attacks_failed(results: Sequence[Any], *, where: str) -> int:
-    """0, or :data:`EXIT_ATTACKS_FAILED` after naming each failed attack on stderr."""
-    failed = [(name, o.message) for r in results for name, o in r.failed.items()]
+def _attacks_failed(results: Sequence[tuple[str, Any]], *, where: str) -> int:
+    """0, or :data:`EXIT_ATTACKS_FAILED` after naming each failed attack on stderr (``results``: pairs of a
+    cell's name, empty for a single run, and its result; a sweep's lines say which cell failed)."""
+    failed = [(f"{cell}: {name}" if cell else name, o.message) for cell, r in results for name, o in r.failed.items()]
     if not failed:
         return 0
     print(f"rapt-audit: {len(failed)} attack(s) failed and were recorded as failed in the result ({where}); "
@@ -250,7 +251,7 @@ def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log:
         return sweep.BudgetSpent.EXIT_CODE
     print(sweep.format_sweep(results))
     print(f"sweep directory: {out} (render it with: rapt-audit report {out} --out {out / 'report.html'})")
-    return _attacks_failed([r for _, r in results], where=str(out))
+    return _attacks_failed([(cell.name, r) for cell, r in results], where=str(out))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,8 +10,8 @@ from typing import Any, Iterator, TextIO
 
 from rapt_audit.api.files import write_json_atomic
 from rapt_audit.cli.options import defense_params
-from rapt_audit.pipeline.user_io import FORMATS, Item, Layout, Writer, open_input, read_items, write_output
-from rapt_audit.pipeline.user_side import Privatizer
+from rapt_audit.user_side.formats import FORMATS, Item, Layout, Writer, open_input, read_items, write_output
+from rapt_audit.user_side.privatizer import Privatizer
 
 EPILOG = """examples:
   rapt-audit privatize notes.txt --defense pct2t --set eta=75 --out notes.private.txt

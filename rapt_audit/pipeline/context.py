@@ -67,7 +67,7 @@ class RunContext:
         data_dir: The configured data directory (``None``: ``$RAPT_AUDIT_DATA`` or none).
         cold_queries: Queries each nearest-neighbour index answers with numpy before it loads torch
             (:class:`~rapt_audit.mechanisms.nn_search.NearestNeighbourIndex`); 0 in an audit, where
-            torch is loaded anyway, more on the user's side (:class:`~rapt_audit.pipeline.user_side.Privatizer`).
+            torch is loaded anyway, more on the user's side (:class:`~rapt_audit.user_side.privatizer.Privatizer`).
         cache_analyses: Whether spaCy's analyses of clean texts are stored on disk for later runs
             (:mod:`rapt_audit.mechanisms.analyses`): an audit's choice; never on the user's side.
         text_releases: Where text defenses store the texts they privatize, for later runs

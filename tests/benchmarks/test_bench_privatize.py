@@ -62,7 +62,7 @@ def test_warm_setup_to_first_token(benchmark, tmp_path, defense):
 @pytest.mark.parametrize("defense, unit", [("t2t", "tokens"), ("pct2t", "words")])
 def test_end_to_end_throughput(benchmark, words_file, defense, unit):
     """Streaming a 20,000-word file through a warm Privatizer: reading, privatizing, detokenising."""
-    from rapt_audit.pipeline.user_side import Privatizer
+    from rapt_audit.user_side.privatizer import Privatizer
 
     privatizer = Privatizer(defense, {"eta": 100})
     lines = words_file.read_text(encoding="utf-8").splitlines()
@@ -97,7 +97,7 @@ def _peak_rss_mb(*argv: str) -> float:
 @pytest.mark.parametrize("n_words", [10, 100, 1_000, 10_000])
 def test_rapt_table_x_pct2t_text(benchmark, n_words):
     """RAPT Table X's rows for PCT2T: one text of ``n_words`` words, warm (set-up is timed above)."""
-    from rapt_audit.pipeline.user_side import Privatizer
+    from rapt_audit.user_side.privatizer import Privatizer
 
     words = (TEXT.split() * (n_words // len(TEXT.split()) + 1))[:n_words]
     text = " ".join(words)

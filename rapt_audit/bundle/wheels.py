@@ -31,8 +31,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.bundle.target import shuffle_regions
 from rapt_audit.mechanisms.pos import EXCLUDED_COMPONENTS, SPACY_MODEL
-from rapt_audit.pipeline.bundle_target import shuffle_regions
 
 #: What rapt-audit needs that a stock CUDA PyTorch image lacks (their requirements follow).
 #: spaCy and its model, which a bundle packed with ``--no-spacy`` leaves out (it carries their analyses).

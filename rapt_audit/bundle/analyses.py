@@ -1,6 +1,6 @@
 """The analyses piece of a bundle packed without spaCy (``rapt-audit bundle --no-spacy``).
 
-spaCy and its English model are about 19 MiB of a bundle's 60 (:mod:`.bundle_wheels`). A run reads
+spaCy and its English model are about 19 MiB of a bundle's 60 (:mod:`.wheels`). A run reads
 spaCy's analyses of clean text only, so this module analyses, here, every text the packed command can
 read, and the vocabulary lexicon, into a cache folder that the GPU machine's run starts from
 (:mod:`rapt_audit.mechanisms.analysis_pack` says how the run looks texts up there).
@@ -21,11 +21,11 @@ from pathlib import Path
 from rapt_audit.api.errors import ModelError
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.types import pair_text
+from rapt_audit.bundle.pieces import Member, PUBLIC
 from rapt_audit.data import load_dataset
 from rapt_audit.mechanisms.analysis_pack import PACK_FILE, write_pack
 from rapt_audit.mechanisms.engines import lexicon_file, pos_groups
 from rapt_audit.mechanisms.pos import load_tagger, ptb_tags, spacy_entity_spans, spacy_version_key
-from rapt_audit.pipeline.bundle_pieces import Member, PUBLIC
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 from rapt_audit.pipeline.runner import default_dataset, plugin_args

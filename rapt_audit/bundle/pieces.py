@@ -3,7 +3,7 @@
 * The encoder travels as fp16 (half the bytes): every float32 tensor of ``model.safetensors`` is
   rounded to float16, split into its high bytes (sign, exponent: compressible) and low bytes (random:
   stored as they are), next to the original file header and the tokenizer and config files. The
-  target widens the values back to float32 (:func:`~rapt_audit.pipeline.bundle_target.restore_weights`):
+  target widens the values back to float32 (:func:`~rapt_audit.bundle.target.restore_weights`):
   every weight equals ``original.astype(float16).astype(float32)``.
 * The data piece holds only the files the run reads. Which those are is not guessed from folder
   names: each dataset the run needs (:func:`datasets_needed`) is loaded by its own loader while an
@@ -37,8 +37,8 @@ else:  # Python 3.10: the same parser from PyPI
 from rapt_audit.api.errors import DataError, ModelError, UsageError
 from rapt_audit.api.plugins import ATTACKS, load
 from rapt_audit.api.version import __version__
+from rapt_audit.bundle.target import restore_weights, split_planes
 from rapt_audit.data import DATASETS, is_file_dataset, resolve_data_dir
-from rapt_audit.pipeline.bundle_target import restore_weights, split_planes
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.runner import default_dataset
 
@@ -49,7 +49,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".onnx", ".msgp
 PUBLIC = "wikitext2"
 #: Attacks that train a tagger on CoNLL-2003 when the run's records carry no entity spans.
 NER_TRAINING = "conll2003"
-#: The folder of the ``rapt_audit`` package (this file is ``rapt_audit/pipeline/bundle_pieces.py``).
+#: The folder of the ``rapt_audit`` package (this file is ``rapt_audit/bundle/pieces.py``).
 CORE = Path(__file__).resolve().parent.parent
 
 

@@ -7,13 +7,13 @@
 ``model-low.bin``      21.7    the low bytes of the encoder's fp16 values (random bits: stored as they are)
 ``model.tar.xz``       15.4    their high bytes, the weight file's header, the tokenizer and config files
 ``wheels.tar.xz``      19.6    the contents of the wheels the GPU image lacks (spaCy, en_core_web_sm,
-                               thinc and companions, seqeval, jsonschema), trimmed (:mod:`.bundle_wheels`)
-``data.tar.xz``        1.7     only the data files the run reads (:mod:`.bundle_pieces`)
+                               thinc and companions, seqeval, jsonschema), trimmed (:mod:`.wheels`)
+``data.tar.xz``        1.7     only the data files the run reads (:mod:`.pieces`)
 ``analyses.tar.xz``            with ``--no-spacy`` only: spaCy's analyses of every text the run reads and the
-                               vocabulary lexicon, made here (:mod:`.bundle_analyses`); the wheels then lack
+                               vocabulary lexicon, made here (:mod:`.analyses`); the wheels then lack
                                spaCy, its model and companions (about 19 MiB less), and ``ner_spacy`` is skipped
 ``rapt_audit.tar.xz``  0.2     this package's source, installed layout
-``unbundle.py``                the target side (:mod:`.bundle_target`), which ``run.sh`` runs
+``unbundle.py``                the target side (:mod:`.target`), which ``run.sh`` runs
 ``manifest.json``              every piece's sha256 and size, the command, both model fingerprints, versions
 =====================  ======  =======================================================================
 
@@ -43,9 +43,8 @@ from packaging.utils import canonicalize_name
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.files import write_atomic
 from rapt_audit.api.version import __version__
-from rapt_audit.encoder.models import ALIASES, resolve_model_path, weights_fingerprint
-from rapt_audit.pipeline import bundle_analyses, bundle_target, bundle_wheels
-from rapt_audit.pipeline.bundle_pieces import (
+from rapt_audit.bundle import analyses as bundle_analyses, target as bundle_target, wheels as bundle_wheels
+from rapt_audit.bundle.pieces import (
     Member,
     clock,
     data_members,
@@ -56,6 +55,7 @@ from rapt_audit.pipeline.bundle_pieces import (
     write_tar,
     xz_preset,
 )
+from rapt_audit.encoder.models import ALIASES, resolve_model_path, weights_fingerprint
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.context import default_cache_dir
 
