@@ -13,6 +13,7 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
+from rapt_audit.attacks._base import BaseAttack
 from rapt_audit.scoring.stats import bootstrap_mean
 
 _WORD = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
@@ -25,7 +26,7 @@ def words(text: str) -> list[str]:
 
 @ATTACKS.register("random_guess", tags=("baseline",))
 @dataclass
-class RandomGuessAttack:
+class RandomGuessAttack(BaseAttack):
     """Random guessing from the attacker's priors; ignores the release entirely.
 
     Each original word is guessed by sampling the attacker's unigram distribution, each private

@@ -13,15 +13,19 @@ a skeleton package):
    point's name is the plugin's name; the first line of the class docstring is its description.
 2. A text defense subclasses :class:`TextDefense` and implements ``privatize(texts, *, rng, ctx)
    -> (released_texts, ReplacementCount)`` (a dχ one subclasses :class:`DchiTextDefense`, which adds η,
-   its calibration and pretraining, and implements ``privatize(texts, *, eta, rng, ctx)``). Any other
-   defense is a :class:`CheckedParams` dataclass with ``exposes`` (release kinds) and ``fit``,
-   ``utility`` and ``release`` (see :class:`Defense`).
-3. An attack is a :class:`CheckedParams` dataclass with ``requires`` and ``fit(aux, defense, *, ctx)``
-   and ``attack(release, truth, *, ctx) -> AttackResult`` (see :class:`Attack`), whose headline is
-   ``1 - attack success`` with an interval from :func:`bootstrap_mean`; it raises ``Skip(reason)`` when a
-   pair cannot run, and declares each new metric once with :func:`metric`. Its ``threat_model =
-   ThreatModel(knows=..., adaptive=..., auxiliary=...)`` says what its adversary assumes (undeclared
-   otherwise); an adaptive one is selected by ``--attacks tag:adaptive``.
+   its calibration and pretraining, and implements ``privatize(texts, *, eta, rng, ctx)``). A defense
+   that releases token embeddings subclasses :class:`TokenEmbeddingDefense` and implements
+   ``perturb(vectors, *, rng, ctx)``: each text's clean token input-embedding rows in, its released rows
+   (same shape) out. Each base adds only the service's settings; the subclass declares its own
+   parameters. Any other defense (one vector per record) is a :class:`CheckedParams` dataclass with
+   ``exposes`` (release kinds) and ``fit``, ``utility`` and ``release`` (see :class:`Defense`).
+3. An attack subclasses :class:`BaseAttack`, sets ``requires`` (the release kinds it reads) and
+   implements ``attack(release, truth, *, ctx) -> AttackResult`` (see :class:`Attack`); the base's
+   ``fit(aux, defense, *, ctx)`` returns the attack itself, and an attack that trains overrides it. The
+   headline is ``1 - attack success`` with an interval from :func:`bootstrap_mean`; it raises
+   ``Skip(reason)`` when a pair cannot run, and declares each new metric once with :func:`metric`. Its
+   ``threat_model = ThreatModel(knows=..., adaptive=..., auxiliary=...)`` says what its adversary
+   assumes (undeclared otherwise); an adaptive one is selected by ``--attacks tag:adaptive``.
 4. All randomness comes from ``ctx.rng(key...)``; expensive objects are built once through ``ctx.shared``.
 5. Register it in the package's ``pyproject.toml``::
 
@@ -66,11 +70,13 @@ from rapt_audit.api.types import Release  # what crosses the trust boundary, in 
 from rapt_audit.api.types import Skip  # raise Skip(reason) when an attack cannot run on a pair
 from rapt_audit.api.types import Span  # a gold entity span of Record.text
 from rapt_audit.api.types import pair_text  # one string for a text and its pair (pair tasks)
+from rapt_audit.attacks._base import BaseAttack  # base of attacks: set requires, implement attack(); fit() returns self
 from rapt_audit.attacks._base import adaptive_release  # the defense applied to the attacker's own records
 from rapt_audit.attacks._base import check_disjoint  # fail loudly if a victim record is in the attacker's data
 from rapt_audit.attacks._base import require_size  # a DataError saying how much attacker data is needed
 from rapt_audit.defenses._dchi_text import DchiTextDefense  # base of dχ text defenses: η, calibration, pretraining
 from rapt_audit.defenses._text import TextDefense  # base of text-to-text defenses: implement privatize()
+from rapt_audit.defenses._token_embedding import TokenEmbeddingDefense  # base of token-embedding defenses: perturb()
 from rapt_audit.mechanisms.calibration import ReplacementCount  # what privatize() counts: perturbed, replaced, dropped
 from rapt_audit.plugin_kit.conformance import ConformanceReport  # what check_plugin returns: a verdict per rule
 from rapt_audit.plugin_kit.conformance import check_plugin  # the conformance battery (rapt-audit plugin check)

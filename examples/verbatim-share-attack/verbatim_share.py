@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
-from rapt_audit.plugin import (AttackerData, AttackResult, CheckedParams, Record, Release, RunContext, Skip,
-                               ThreatModel, bootstrap_mean, metric, pair_text)
+from rapt_audit.plugin import (AttackResult, BaseAttack, Record, Release, RunContext, Skip, ThreatModel,
+                               bootstrap_mean, metric, pair_text)
 
 # Every number an attack reports is a declared metric, once, where it is computed: its kind ("attack":
 # the attacker's success), its direction for the defender (higher is worse) and its range ([0, 1]).
@@ -31,7 +31,7 @@ def words(text: str, *, ignore_case: bool) -> list[str]:
 
 
 @dataclass
-class VerbatimShare(CheckedParams):
+class VerbatimShare(BaseAttack):
     """Counts the original's words present in the release of the same record; privacy is 1 - that share.
 
     Records are the resampled unit of the interval (the words of one sentence are not independent), and
@@ -46,13 +46,10 @@ class VerbatimShare(CheckedParams):
     #: It reads the release and nothing else: no model, no auxiliary data, no adaptation to the defense.
     threat_model: ClassVar[ThreatModel] = ThreatModel(knows=("release",),
                                                       note="the released words taken as the original's")
-    profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {}}
 
     ignore_case: bool = True
 
-    def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> VerbatimShare:
-        """Nothing to learn: the guess is the release itself."""
-        return self
+    # No fit(): BaseAttack's returns the attack itself (nothing to learn: the guess is the release itself).
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
         """Score each record: original words found in its release (with multiplicity) over its words."""

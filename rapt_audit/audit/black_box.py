@@ -286,7 +286,7 @@ def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callab
 
     def embedding(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
         text = space.tokens[row]
-        return lambda n, rng: np.concatenate(plugin.noisy_embeddings([text] * n, rng=rng, ctx=ctx))
+        return lambda n, rng: np.concatenate(plugin.released_vectors([text] * n, rng=rng, ctx=ctx))
 
     def snd(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
         clean = space.vectors[row][None, :]

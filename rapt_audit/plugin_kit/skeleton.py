@@ -92,7 +92,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.plugin import (AttackerData, AttackResult, CheckedParams, Record, Release, RunContext, Skip,
+from rapt_audit.plugin import (AttackerData, AttackResult, BaseAttack, Record, Release, RunContext, Skip,
                                ThreatModel, bootstrap_mean, metric)
 
 # Every number an attack reports is a declared metric: its kind, direction and range, once.
@@ -102,7 +102,7 @@ _WORD = re.compile(r"\\w+")
 
 
 @dataclass
-class $cls(CheckedParams):
+class $cls(BaseAttack):
     """Guesses each original word as the released word at the same position (a placeholder for your attack).
 
     Attributes:
@@ -117,7 +117,8 @@ class $cls(CheckedParams):
     lowercase: bool = True
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> $cls:
-        """Nothing to learn; an adaptive attack trains here on ``defense.release(aux.train, ctx=ctx)``."""
+        """Nothing to learn (delete this method to keep BaseAttack's, which does the same); an adaptive attack
+        trains here on ``defense.release(aux.train, ctx=ctx)`` and declares ``adaptive=True`` above."""
         return self
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
