@@ -4,34 +4,24 @@ Calibration privatizes the public calibration text a dozen times or more (``find
 30–50 s per text defense at the ``cpu`` profile on a 2-core machine, paid again by every run of a sweep
 or a benchmark that names the same ``replacement`` target. The η it finds depends only on the
 mechanism (the defense's class and its release parameters), the public text, the seed the
-calibration draws its noise from, the public model and the code; it is stored under that signature
-and read back, so a later run gets exactly the η the first one computed.
+calibration draws its noise from, the public model and the code a release can run (the release
+cache's :func:`~rapt_audit.api.files.source_digest`); it is stored under that signature and
+read back, so a later run gets exactly the η the first one computed.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from rapt_audit.api.context import RunContext
-from rapt_audit.api.files import read_cache_json_gz, stable_hash, write_cache_json_gz
+from rapt_audit.api.files import read_cache_json_gz, source_digest, stable_hash, write_cache_json_gz
 from rapt_audit.encoder.models import model_fingerprint
-from rapt_audit.mechanisms import calibration
 from rapt_audit.mechanisms.analysis_pack import texts_digest
-from rapt_audit.utility.state_cache import code_digest
 
 #: Bumped when the stored document's shape changes.
 FORMAT = "calibrated-eta/1"
-
-
-def mechanism_code(defense_type: type) -> str:
-    """A digest of the code calibration runs: the mechanisms package and the defense's own modules."""
-    mechanisms = sorted(Path(calibration.__file__).parent.glob("*.py"))
-    modules = [Path(f) for f in dict.fromkeys(getattr(sys.modules.get(cls.__module__), "__file__", None)
-                                               for cls in defense_type.__mro__) if f]
-    return code_digest(*mechanisms, *modules)
 
 
 def calibrated_eta(defense: Any, mechanism: Mapping[str, Any], *, target: float, corpus: str, texts: Sequence[str],
@@ -50,7 +40,7 @@ def calibrated_eta(defense: Any, mechanism: Mapping[str, Any], *, target: float,
     signature = {"format": FORMAT, "defense": defense.name, "mechanism": dict(mechanism), "target": target,
                  "corpus": corpus, "texts": texts_digest(list(texts)), "seed": seed,
                  "model": model_fingerprint(ctx.model, cache_dir=ctx.cache_dir),
-                 "code": mechanism_code(type(defense))}
+                 "code": source_digest(type(defense))}
     path = Path(ctx.cache_dir) / "calibration" / f"{stable_hash(signature)[:24]}.json.gz"
     stored = read_cache_json_gz(path)
     if isinstance(stored, dict) and stored.get("signature") == signature:
@@ -64,4 +54,4 @@ def calibrated_eta(defense: Any, mechanism: Mapping[str, Any], *, target: float,
     return eta
 
 
-__all__ = ["FORMAT", "calibrated_eta", "mechanism_code"]
+__all__ = ["FORMAT", "calibrated_eta"]

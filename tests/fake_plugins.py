@@ -1,4 +1,5 @@
-"""Small fake plugins the plugin tests share: an attack of texts that keeps every rule, and estimates."""
+"""Small fake plugins the plugin tests share: an attack of texts that keeps every rule, attacks that each break
+one rule of the attack contract, and estimates."""
 
 from __future__ import annotations
 
@@ -25,3 +26,27 @@ class FakeAttack(CheckedParams):
 
     def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
         return AttackResult(estimate(0.5), {})
+
+
+@dataclass
+class ReturnsFloat(FakeAttack):
+    """Returns a bare number."""
+
+    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
+        return 0.5
+
+
+@dataclass
+class OutOfRange(FakeAttack):
+    """An empirical privacy of 1.7 for 1 − attack success."""
+
+    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
+        return AttackResult(Estimate(1.7, 1.6, 1.8, 10), {})
+
+
+@dataclass
+class UndeclaredMetric(FakeAttack):
+    """Reports a metric nobody declared."""
+
+    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
+        return AttackResult(estimate(0.5), {"my_secret_metric": estimate(0.5)})

@@ -23,6 +23,7 @@ from rapt_audit.api.types import AttackResult, Estimate, Release
 from rapt_audit.cli.main import main
 from rapt_audit.defenses._text import TextDefense
 from rapt_audit.plugin_kit.conformance import ConformanceReport, check_plugin
+from tests.fake_plugins import FakeAttack, OutOfRange, ReturnsFloat, UndeclaredMetric
 
 load()
 
@@ -121,35 +122,12 @@ class NotADataclass:
 
 
 @dataclass
-class GoodAttack(CheckedParams):
+class GoodAttack(FakeAttack):
     """Guesses nothing; keeps every rule."""
-
-    requires: ClassVar[frozenset[str]] = frozenset({"texts"})
-
-    def fit(self, aux: Any, defense: Any, *, ctx: Any) -> Any:
-        return self
 
     def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
         success = _estimate(0.2)
         return AttackResult(success.complement(), {"token_accuracy": success})
-
-
-@dataclass
-class ReturnsFloat(GoodAttack):
-    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
-        return 0.5
-
-
-@dataclass
-class OutOfRange(GoodAttack):
-    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
-        return AttackResult(Estimate(1.7, 1.6, 1.8, 10), {})
-
-
-@dataclass
-class UndeclaredMetric(GoodAttack):
-    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
-        return AttackResult(_estimate(0.5), {"my_secret_metric": _estimate(0.5)})
 
 
 @dataclass

@@ -32,7 +32,7 @@ from rapt_audit.reporting.check import compare_runs
 from rapt_audit.reporting.collect import collect
 from rapt_audit.reporting.leaderboard import render_leaderboard
 from rapt_audit.reporting.report import build_report
-from tests.fake_plugins import FakeAttack, estimate
+from tests.fake_plugins import FakeAttack, OutOfRange, ReturnsFloat, UndeclaredMetric, estimate
 from tests.result_factory import fake_result
 
 SMOKE = ["--profile", "smoke", "--dataset", "synthetic", "--quiet"]
@@ -55,30 +55,6 @@ class RaisesInFit(_Attack):
 
     def fit(self, aux: Any, defense: Any, *, ctx: Any) -> Any:
         raise RuntimeError("cannot train")
-
-
-@dataclass
-class ReturnsFloat(_Attack):
-    """Returns a bare number."""
-
-    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
-        return 0.5
-
-
-@dataclass
-class OutOfRange(_Attack):
-    """An empirical privacy of 1.7 for 1 − attack success."""
-
-    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
-        return AttackResult(Estimate(1.7, 1.6, 1.8, 10), {})
-
-
-@dataclass
-class UndeclaredMetric(_Attack):
-    """Reports a metric nobody declared."""
-
-    def attack(self, release: Any, truth: Any, *, ctx: Any) -> Any:
-        return AttackResult(_estimate(0.5), {"my_secret_metric": _estimate(0.5)})
 
 
 @dataclass

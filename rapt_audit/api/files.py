@@ -11,12 +11,14 @@ next run that owns the folder removes (:func:`remove_stray_temps`).
 from __future__ import annotations
 
 import errno
+import functools
 import gzip
 import hashlib
 import json
 import os
 import re
 import secrets
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping
@@ -201,3 +203,35 @@ def read_cache_json_gz(path: str | os.PathLike[str]) -> Any | None:
         return json.loads(gzip.decompress(Path(path).read_bytes()))
     except (OSError, EOFError, ValueError):
         return None
+
+
+#: Parts of the core whose code cannot change a release or a calibration: a report, CLI, attack,
+#: benchmark or plugin-kit edit keeps the release cache.
+_NOT_RELEASE_CODE = frozenset({"reporting", "cli", "attacks", "benchmark", "plugin_kit", "plugin.py"})
+
+
+@functools.lru_cache(maxsize=16)
+def _source_digest(folders: tuple[tuple[str, bool], ...]) -> str:
+    digest = hashlib.sha256()
+    for folder, recursive in folders:
+        root = Path(folder)
+        for path in sorted(root.rglob("*.py") if recursive else root.glob("*.py")):
+            relative = path.relative_to(root)
+            if recursive and relative.parts[0] in _NOT_RELEASE_CODE:
+                continue
+            digest.update(f"{root.name}/{relative.as_posix()}\n".encode("utf-8") + path.read_bytes())
+    return digest.hexdigest()
+
+
+def source_digest(defense_type: type) -> str:
+    """A hash of the code a release can run: the core (less reporting, CLI, attacks) and the defense's package.
+
+    Paths enter the hash relative to their folder, so checkouts in different places share entries.
+    """
+    core = Path(__file__).resolve().parent.parent  # rapt_audit/
+    folders = [(str(core), True)]
+    for cls in defense_type.__mro__:
+        module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+        if module_file and Path(module_file).resolve().parent != core:
+            folders.append((str(Path(module_file).resolve().parent), False))
+    return _source_digest(tuple(dict.fromkeys(folders)))

@@ -24,10 +24,8 @@ pipeline's own context and results.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import sys
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -36,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError
-from rapt_audit.api.files import stable_hash, write_atomic
+from rapt_audit.api.files import source_digest, stable_hash, write_atomic
 from rapt_audit.api.params import get_params, to_jsonable
 from rapt_audit.api.types import Record, Release, uid_key
 from rapt_audit.api.version import __version__
@@ -46,8 +44,6 @@ from rapt_audit.pipeline.results import package_versions
 
 #: Bumped whenever the entry layout or the key's ingredients change, so old entries are never read.
 CACHE_FORMAT = 1
-#: Subpackages of the core whose code cannot change a release (a report or an attack edit keeps the cache).
-_NOT_RELEASE_CODE = frozenset({"reporting", "cli", "attacks"})
 #: Marks a JSON object that encodes a value JSON has no exact form for (tuple, dict with odd keys, numpy).
 _TAG = "__rapt_cache__"
 _DOC = "__doc__"
@@ -61,33 +57,6 @@ def records_digest(records: Sequence[Record]) -> dict[str, Any]:
                   [[s.start, s.end, s.label] for s in r.entities]]
         digest.update(json.dumps(fields, ensure_ascii=True, default=str).encode("utf-8") + b"\n")
     return {"uid_key": uid_key(records), "count": len(records), "sha256": digest.hexdigest()}
-
-
-@functools.lru_cache(maxsize=16)
-def _source_digest(folders: tuple[tuple[str, bool], ...]) -> str:
-    digest = hashlib.sha256()
-    for folder, recursive in folders:
-        root = Path(folder)
-        for path in sorted(root.rglob("*.py") if recursive else root.glob("*.py")):
-            relative = path.relative_to(root)
-            if recursive and relative.parts[0] in _NOT_RELEASE_CODE:
-                continue
-            digest.update(f"{root.name}/{relative.as_posix()}\n".encode("utf-8") + path.read_bytes())
-    return digest.hexdigest()
-
-
-def source_digest(defense_type: type) -> str:
-    """A hash of the code a release can run: the core (less reporting, CLI, attacks) and the defense's package.
-
-    Paths enter the hash relative to their folder, so checkouts in different places share entries.
-    """
-    core = Path(__file__).resolve().parent.parent
-    folders = [(str(core), True)]
-    for cls in defense_type.__mro__:
-        module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
-        if module_file and Path(module_file).resolve().parent != core:
-            folders.append((str(Path(module_file).resolve().parent), False))
-    return _source_digest(tuple(dict.fromkeys(folders)))
 
 
 def public_data_fingerprint(ctx: RunContext) -> dict[str, Any]:

@@ -18,8 +18,7 @@ import typing
 from typing import Any, Mapping, Sequence
 
 from rapt_audit.api.errors import DataError
-from rapt_audit.api.params import (Range, declared_constraints, make_plugin, parameter_fields, plugin_fields,
-                                   undecorated_parameters)
+from rapt_audit.api.params import Range, declared_constraints, make_plugin, parameter_fields, plugin_fields
 from rapt_audit.api.registry import Registry
 from rapt_audit.api.types import Record, Release
 from rapt_audit.data import load_dataset
@@ -104,8 +103,6 @@ def _outside(rule: Range) -> float:
     return math.inf
 
 
-
-
 def parameter_problems(kind: str, cls: type, built: Any) -> tuple[list[str], str]:
     """What is wrong with the parameters of ``cls`` (``built`` is an instance), and a note of what was checked.
 
@@ -113,7 +110,7 @@ def parameter_problems(kind: str, cls: type, built: Any) -> tuple[list[str], str
     which building must refuse; a :class:`~rapt_audit.api.params.Check` validator is trusted, as its bad
     values are known only to it.
     """
-    problems = undecorated_parameters(cls)
+    problems: list[str] = []  # an undecorated subclass fails the contract rule first (api.plugins.plugin_problem)
     hints = plugin_fields(cls)
     fields = parameter_fields(cls)
     for f in fields:

@@ -3,7 +3,7 @@
 Issue #12: on an H100 the customization left the GPU mostly idle, because every training step
 re-tokenized its batch on the host and read its losses back (``float(loss)`` waits until the device
 has run every queued kernel). Here each split is tokenized once (:func:`tokenize`), a batch is cut
-from the device tensors by indexing and trimmed to its longest row (:meth:`Tokenized.batch`: the
+from the device tensors by indexing and trimmed to its longest row (:meth:`DeviceSplit.batch <rapt_audit.utility.training.DeviceSplit.batch>`: the
 same input ids and masks that tokenizing the batch alone with ``padding=True`` gives), and a
 non-finite loss is noticed on the device (:class:`FirstNonFinite`); the epoch's statistics are summed
 there too (:class:`rapt_audit.utility.training.DeviceSum`) and both are read once per epoch.
@@ -17,14 +17,13 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, Union, get_args
+from typing import Any, ClassVar, Literal, Sequence, Union, get_args
 
 import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
-from rapt_audit.encoder.encode import to_device
 from rapt_audit.utility.token_vectors import Embedded, TokenVectors, embed
-from rapt_audit.utility.training import padded_rows
+from rapt_audit.utility.training import DeviceSplit
 
 #: Training precisions: ``fp32``, or ``bf16`` (torch.autocast with bfloat16 on the model's device;
 #: parameters, gradients and optimizer state stay fp32). Which one a run uses by default is decided per
@@ -60,50 +59,25 @@ def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
 
 
 @dataclass(frozen=True)
-class Tokenized:
+class Tokenized(DeviceSplit):
     """A split's texts tokenized once, as tensors on the model's device padded to the split's longest text.
+
+    A batch (:meth:`~rapt_audit.utility.training.DeviceSplit.batch`) is trimmed to its longest row; padding
+    is right-aligned, so the trimmed rows equal what tokenizing these texts alone with ``padding=True``
+    gives: the model sees the same input as a per-batch tokenization.
 
     Attributes:
         input_ids, attention_mask: ``(n, width)`` tensors, as the tokenizer returns them.
         task_mask: Attended positions that are not plain tokens (the task head's mean reads these).
-        plain_positions: ``(n, m)`` each plain word's first sub-token, or None without plain tokens.
-        lengths: Tokens per text, on the host, so that a batch is trimmed without reading the device.
-        chars: Characters per text (prediction batches texts of similar length together).
+        lengths: Tokens per text, on the host.
+        chars: Characters per text.
         plain_count, max_length: What the texts were tokenized for.
+        plain_positions: ``(n, m)`` each plain word's first sub-token, or None without plain tokens.
     """
 
-    input_ids: Any
-    attention_mask: Any
-    task_mask: Any
     plain_positions: Any
-    lengths: np.ndarray
-    chars: np.ndarray
-    plain_count: int
-    max_length: int
 
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def batch(self, idx: np.ndarray) -> dict[str, Any]:
-        """Rows ``idx``, trimmed to their longest row, and ``rows`` (``idx`` as a device tensor).
-
-        Padding is right-aligned, so the trimmed rows equal what tokenizing these texts alone with
-        ``padding=True`` gives: the model sees the same input as a per-batch tokenization.
-        """
-        tensors = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "task_mask": self.task_mask}
-        rows, out = padded_rows(tensors, self.lengths, np.asarray(idx), self.input_ids.device)
-        out["rows"] = rows
-        if self.plain_positions is not None:
-            out["plain_positions"] = self.plain_positions[rows]
-        return out
-
-    def take(self, idx: np.ndarray) -> Tokenized:
-        """The rows ``idx`` as a split of their own (same padding width; :meth:`batch` trims it)."""
-        idx = np.asarray(idx, dtype=np.int64)
-        rows = to_device(idx, self.input_ids.device)
-        return Tokenized(self.input_ids[rows], self.attention_mask[rows], self.task_mask[rows],
-                         None if self.plain_positions is None else self.plain_positions[rows],
-                         self.lengths[idx], self.chars[idx], self.plain_count, self.max_length)
+    ROWS: ClassVar[tuple[str, ...]] = ("plain_positions",)
 
 
 #: What the service trains on and answers: texts, a token-embedding release, or either prepared once.
@@ -146,9 +120,10 @@ def tokenize(tokenizer: Any, texts: ServiceInput, *, plain_count: int, max_lengt
         positions = torch.as_tensor(_plain_positions(encoded, texts, plain_count))
         task_mask.scatter_(1, positions, 0)
         positions = positions.to(device)
-    return Tokenized(encoded["input_ids"].to(device), attention.to(device), task_mask.to(device), positions,
-                     attention.sum(1).numpy(), np.array([len(t) for t in texts], dtype=np.int64), plain_count,
-                     max_length)
+    return Tokenized(input_ids=encoded["input_ids"].to(device), attention_mask=attention.to(device),
+                     task_mask=task_mask.to(device), lengths=attention.sum(1).numpy(),
+                     chars=np.array([len(t) for t in texts], dtype=np.int64), plain_count=plain_count,
+                     max_length=max_length, plain_positions=positions)
 
 
 def _plain_positions(encoded: Any, texts: Sequence[str], plain_count: int) -> np.ndarray:

@@ -18,12 +18,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from rapt_audit.encoder.encode import to_device
-from rapt_audit.utility.training import padded_rows
+from rapt_audit.utility.training import DeviceSplit
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class TokenVectors:
 
 
 @dataclass(frozen=True)
-class Embedded:
+class Embedded(DeviceSplit):
     """A split of released vectors on the model's device, with the ids of the positions the service adds.
 
     Attributes:
@@ -68,36 +67,18 @@ class Embedded:
             released vectors per sequence).
     """
 
-    input_ids: Any
-    attention_mask: Any
-    task_mask: Any
     at: Any
     vectors: Any
-    lengths: np.ndarray
-    chars: np.ndarray
-    plain_count: int
-    max_length: int
 
-    def __len__(self) -> int:
-        return len(self.lengths)
+    WIDE: ClassVar[tuple[str, ...]] = (*DeviceSplit.WIDE, "at")
 
     def batch(self, idx: np.ndarray) -> dict[str, Any]:
         """Rows ``idx`` trimmed to their longest row, with ``released`` ``(b, w, d)`` and ``released_mask``."""
-        tensors = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "task_mask": self.task_mask,
-                   "at": self.at}
-        rows, out = padded_rows(tensors, self.lengths, np.asarray(idx), self.input_ids.device)
+        out = super().batch(idx)
         at = out.pop("at")
         out["released_mask"] = at >= 0
         out["released"] = self.vectors[at]  # -1 reads the zero row kept last (never used: masked out)
-        out["rows"] = rows
         return out
-
-    def take(self, idx: np.ndarray) -> Embedded:
-        """The rows ``idx`` as a split of their own (the vectors are shared, not copied)."""
-        idx = np.asarray(idx, dtype=np.int64)
-        rows = to_device(idx, self.input_ids.device)
-        return Embedded(self.input_ids[rows], self.attention_mask[rows], self.task_mask[rows], self.at[rows],
-                        self.vectors, self.lengths[idx], self.chars[idx], self.plain_count, self.max_length)
 
 
 def embed(tokenizer: Any, release: TokenVectors, *, max_length: int, device: str) -> Embedded:
@@ -123,9 +104,10 @@ def embed(tokenizer: Any, release: TokenVectors, *, max_length: int, device: str
     dim = bodies[0].shape[1] if bodies else 0
     flat = np.concatenate([*bodies, np.zeros((1, dim), dtype=np.float32)])
     attention = torch.as_tensor(mask, device=device)
-    return Embedded(torch.as_tensor(ids, device=device), attention, attention.clone(),
-                    torch.as_tensor(at, device=device), torch.as_tensor(flat, dtype=torch.float32, device=device),
-                    lengths, counts.copy(), 0, max_length)
+    return Embedded(input_ids=torch.as_tensor(ids, device=device), attention_mask=attention,
+                    task_mask=attention.clone(), lengths=lengths, chars=counts.copy(), plain_count=0,
+                    max_length=max_length, at=torch.as_tensor(at, device=device),
+                    vectors=torch.as_tensor(flat, dtype=torch.float32, device=device))
 
 
 __all__ = ["Embedded", "TokenVectors", "embed"]

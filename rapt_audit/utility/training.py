@@ -23,9 +23,10 @@ helpers that build tensors (the loop itself needs none of it), so importing this
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -231,6 +232,57 @@ def padded_rows(tensors: Mapping[str, Any], lengths: np.ndarray, idx: np.ndarray
     return rows, {key: value[rows, :width] for key, value in tensors.items()}
 
 
+@dataclass(frozen=True)
+class DeviceSplit:
+    """A split prepared once on the model's device, from which every batch is cut by indexing.
+
+    The ``(n, width)`` tensors named in :attr:`WIDE` are right-padded to the split's longest row and a
+    batch is trimmed to its own longest (:func:`padded_rows`); :attr:`ROWS` names other per-row tensors
+    (taken by row, never trimmed; ``None`` where absent). What differs between a split of texts
+    (:class:`~rapt_audit.utility.on_device.Tokenized`) and one of released vectors
+    (:class:`~rapt_audit.utility.token_vectors.Embedded`) are the extra tensors a subclass adds and names.
+
+    Attributes:
+        input_ids, attention_mask: ``(n, width)`` tensors.
+        task_mask: Attended positions the task head's mean reads.
+        lengths: Attended positions per row, on the host (a batch is trimmed without reading the device).
+        chars: The size of each row's source (prediction batches rows of similar length together).
+        plain_count, max_length: What the split was prepared for.
+    """
+
+    input_ids: Any
+    attention_mask: Any
+    task_mask: Any
+    lengths: np.ndarray
+    chars: np.ndarray
+    plain_count: int
+    max_length: int
+
+    WIDE: ClassVar[tuple[str, ...]] = ("input_ids", "attention_mask", "task_mask")
+    ROWS: ClassVar[tuple[str, ...]] = ()
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def batch(self, idx: np.ndarray) -> dict[str, Any]:
+        """Rows ``idx``: the :attr:`WIDE` tensors trimmed to their longest row, the :attr:`ROWS` tensors
+        present, and ``rows`` (``idx`` as a device tensor)."""
+        rows, out = padded_rows({k: getattr(self, k) for k in self.WIDE}, self.lengths, np.asarray(idx),
+                                self.input_ids.device)
+        out["rows"] = rows
+        out.update({k: getattr(self, k)[rows] for k in self.ROWS if getattr(self, k) is not None})
+        return out
+
+    def take(self, idx: np.ndarray) -> Any:
+        """The rows ``idx`` as a split of their own (same padding width, which :meth:`batch` trims; what is
+        not per row, such as a shared table of vectors, is shared, not copied)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        rows = to_device(idx, self.input_ids.device)
+        per_row = {k: None if getattr(self, k) is None else getattr(self, k)[rows] for k in (*self.WIDE, *self.ROWS)}
+        return dataclasses.replace(self, **per_row, lengths=self.lengths[idx], chars=self.chars[idx])
+
+
+
 def supervised_loss(model: Any, x: np.ndarray, y: np.ndarray, criterion: Callable[[Any, Any], Any], *,
                     device: str) -> Callable[[np.ndarray], Any]:
     """``loss(indices) = criterion(model(x[indices]), y[indices])``, with ``x`` and ``y`` moved to ``device`` once
@@ -292,5 +344,5 @@ def adam(parameters: Iterable[Any], *, lr: float, weight_decay: float = 0.0, fus
     return torch.optim.Adam(parameters, lr=lr, weight_decay=weight_decay)
 
 
-__all__ = ["Batches", "DeviceSum", "Diverged", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit",
+__all__ = ["Batches", "DeviceSplit", "DeviceSum", "Diverged", "EarlyStopping", "Epochs", "TrainOutcome", "adam", "fit",
            "length_batches", "padded_rows", "shuffled", "shuffled_even", "supervised_loss"]
