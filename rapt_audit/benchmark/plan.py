@@ -72,15 +72,19 @@ class BenchCell:
 
 def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
                device: str | None = None) -> list[BenchCell]:
-    """Every cell of ``bench``, ordered defense (file order), grid point, seed, dataset.
+    """Every cell of ``bench``, ordered seed, defense (file order), grid point, dataset.
 
-    A dataset that only a family without selected attacks reads has no cell; a task with no
-    attack of its own runs :data:`PLACEHOLDER_ATTACK` (a run needs one attack).
+    Seed first: a run stopped by its time budget leaves every defense with the same number of
+    finished seeds (not the first defenses complete and the last ones absent), and ``identity``'s
+    cells of a seed run before the other defenses' no-privacy cells, which read its stored service
+    and attack models wherever their releases are the same texts. A dataset that only a family without selected attacks
+    reads has no cell; a task with no attack of its own runs :data:`PLACEHOLDER_ATTACK` (a run needs
+    one attack).
     """
     cells = []
-    for defense in bench.defenses:
-        for point in defense.points():
-            for seed in bench.seeds:
+    for seed in bench.seeds:
+        for defense in bench.defenses:
+            for point in defense.points():
                 for dataset in bench.all_datasets:
                     attacks = bench.attacks_for(dataset) or (PLACEHOLDER_ATTACK,)
                     cli: dict[str, Any] = {"defense": defense.name, "dataset": dataset, "profile": bench.profile,
