@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,10 @@ from rapt_audit.reporting.check import (
     standard_error,
 )
 from rapt_audit.scoring.stats import paired_drop
+from tests.result_factory import fake_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
+CLEAN_SHA = "0123456789abcdef0123456789abcdef01234567"
 # A tiny real audit: t2t at eta=75 on the synthetic corpus, two cheap attacks.
 GATE_RUN = ["run", "--defense", "t2t", "--set", "eta=75", "--attacks", "whitebox,random_guess", "--profile", "smoke",
             "--dataset", "synthetic", "--quiet", "--set", "data.victim_train=60", "--set", "data.victim_test=40",
@@ -48,10 +51,12 @@ def test_rule_uses_the_noise_of_both_measurements():
 def gated(tmp_path_factory):
     """A real run, a baseline recorded from it, and a re-run of the same configuration elsewhere."""
     root = tmp_path_factory.mktemp("gate")
-    assert main(GATE_RUN + ["--out", str(root / "first")]) == 0
-    baseline = root / "baseline.json"
-    assert main(["check", "--baseline", str(baseline), "--write-baseline", str(root / "first")]) == 0
-    assert main(GATE_RUN + ["--out", str(root / "rerun")]) == 0
+    with pytest.MonkeyPatch.context() as patch:  # a clean commit, whatever state the test checkout is in
+        patch.setattr("rapt_audit.pipeline.results.git_sha", lambda: CLEAN_SHA)
+        assert main(GATE_RUN + ["--out", str(root / "first")]) == 0
+        baseline = root / "baseline.json"
+        assert main(["check", "--baseline", str(baseline), "--write-baseline", str(root / "first")]) == 0
+        assert main(GATE_RUN + ["--out", str(root / "rerun")]) == 0
     return root, baseline
 
 
@@ -138,6 +143,33 @@ def test_gate_refuses_incomparable_or_missing_runs(gated, capsys):
     planted = _plant(root, "othercell", other_cell)
     assert main(["check", "--baseline", str(baseline), str(planted)]) == 2
     assert "no new run matches baseline run(s) t2t eta=75 seed 0 on synthetic" in capsys.readouterr().err
+
+
+def test_the_signature_names_the_attacks_and_the_code_and_a_code_change_alone_is_compared(gated, capsys):
+    root, baseline = gated
+    signature = json.loads((root / "rerun" / "result.json").read_text())["signature"]
+    fields = dict(part.split(":", 1) for part in signature.split("|"))
+    assert fields["attacks"].startswith("random_guess,whitebox@") and len(fields["code"]) == 8
+
+    def other_code(doc):
+        doc["signature"] = doc["signature"].replace(f"code:{fields['code']}", "code:00000000")
+
+    planted = _plant(root, "othercode", other_code)  # what the gate is for: the same protocol, other code
+    assert main(["check", "--baseline", str(baseline), str(planted)]) == 0
+    assert f"the code changed since the baseline (code: {fields['code']} → 00000000)" in capsys.readouterr().err
+
+
+def test_a_baseline_from_a_modified_tree_is_refused_unless_asked(tmp_path, capsys):
+    write_result(replace(fake_result(), env={**fake_result().env, "git_sha": CLEAN_SHA + "-dirty"}), tmp_path / "run")
+    baseline = tmp_path / "b.json"
+    assert main(["check", "--baseline", str(baseline), "--write-baseline", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "uncommitted changes" in err and f"{CLEAN_SHA}-dirty" in err and not baseline.exists()
+    flag = "--allow-dirty-baseline"
+    assert main(["check", "--baseline", str(baseline), "--write-baseline", str(tmp_path / "run"), flag]) == 0
+    assert main(["check", "--baseline", str(baseline), str(tmp_path / "run")]) == 2  # reading it refuses too
+    assert "uncommitted changes" in capsys.readouterr().err
+    assert main(["check", "--baseline", str(baseline), str(tmp_path / "run"), flag]) == 0
 
 
 def test_gate_refuses_unreadable_inputs(gated, tmp_path, capsys):

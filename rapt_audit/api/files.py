@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterable
 
 from rapt_audit.api.errors import ResultError
 
@@ -235,3 +235,19 @@ def source_digest(defense_type: type) -> str:
         if module_file and Path(module_file).resolve().parent != core:
             folders.append((str(Path(module_file).resolve().parent), False))
     return _source_digest(tuple(dict.fromkeys(folders)))
+
+
+def run_code_digest(defense_type: type, attack_types: Iterable[type]) -> str:
+    """A hash of the code a run could execute: :func:`source_digest` and the folders of its attacks' modules.
+
+    A result's signature names it (``code:``), so results of different code are never silently
+    compared; the regression gate compares exactly those, and says so.
+    """
+    folders = []
+    for attack_type in attack_types:
+        for cls in attack_type.__mro__:
+            module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+            if module_file:
+                folders.append((str(Path(module_file).resolve().parent), False))
+    attacks = _source_digest(tuple(sorted(set(folders)))) if folders else ""
+    return hashlib.sha256(f"{source_digest(defense_type)}\n{attacks}".encode("utf-8")).hexdigest()

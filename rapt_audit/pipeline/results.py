@@ -191,17 +191,35 @@ def environment() -> dict[str, Any]:
 
 
 def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, int], model: str,
-              model_fingerprint: str, profile: str, attacks: Mapping[str, Any], package_version: str) -> str:
-    """The comparability signature, sacrebleu style.
+              model_fingerprint: str, profile: str, attacks: Mapping[str, Any], package_version: str,
+              attack_args: Mapping[str, Mapping[str, Any]] | None = None, code: str = "",
+              plugins: Mapping[str, str] | None = None) -> str:
+    """The comparability signature, sacrebleu style: one ``field:value`` per thing that changes a number.
 
     Two results may be compared (and share a leaderboard table) only when everything but the
     defense and the seed is the same: data and its fingerprint, split sizes, model weights,
-    profile, attack settings and the package's minor version.
+    profile, the attacks and their settings, the code that ran, the third-party plugins' versions
+    and the package's minor version. The attacks read as their names, each followed by the settings
+    the run gave it (``mlp_inversion(epochs=5)``; the others are its defaults at this profile and
+    code), then ``@`` and a hash of every resolved setting, so that no difference hides behind a name.
+
+    Args:
+        attacks: Attack name → its resolved parameters (what the hash covers).
+        attack_args: Attack name → the parameters the run set (what is written out).
+        code: A digest of the code the run could execute (:func:`rapt_audit.api.files.run_code_digest`).
+        plugins: Third-party plugin distribution → version (written only when there is one).
     """
-    attack_hash = hashlib.sha256(json.dumps(attacks, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+    attack_hash = hashlib.sha256(json.dumps(attacks, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:8]
+    given = attack_args or {}
+    names = ",".join(
+        name + (f"({','.join(f'{k}={v}' for k, v in sorted(given[name].items()))})" if given.get(name) else "")
+        for name in sorted(attacks))
     # Victim train/test, then attacker train/valid: the order the README documents.
     order = ("victim_train", "victim_test", "attacker_train", "attacker_valid")
     sizes = "/".join(str(split_sizes.get(k, 0)) for k in order)
     minor = ".".join(package_version.split(".")[:2])
-    return (f"data:{dataset}@{data_fingerprint[:8]}|splits:{sizes}|model:{model}@{model_fingerprint[:8]}"
-            f"|profile:{profile}|attacks:{attack_hash}|v:{minor}")
+    parts = [f"data:{dataset}@{data_fingerprint[:8]}", f"splits:{sizes}", f"model:{model}@{model_fingerprint[:8]}",
+             f"profile:{profile}", f"attacks:{names}@{attack_hash}"]
+    parts += [f"code:{code[:8]}"] if code else []
+    parts += [f"plugins:{','.join(f'{d}={v}' for d, v in sorted(plugins.items()))}"] if plugins else []
+    return "|".join([*parts, f"v:{minor}"])  # no spaces: the report shows it as one code token

@@ -37,28 +37,22 @@ signature differs from its baseline's).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Sequence
 
 from rapt_audit.api.errors import ResultError, UsageError
-from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.plugins import load
 from rapt_audit.api.types import AttackFailure, AttackResult, Estimate
-from rapt_audit.api.version import __version__
-from rapt_audit.pipeline.result_schema import validate_result_document
-from rapt_audit.pipeline.results import SCHEMA, RunResult
+from rapt_audit.pipeline.results import RunResult
+from rapt_audit.reporting.baseline import BASELINE_SCHEMA, read_baseline, refuse_dirty, run_label, write_baseline
 from rapt_audit.reporting.collect import collect
 from rapt_audit.scoring.metrics import METRICS
 from rapt_audit.scoring.stats import paired_drop
 
-BASELINE_SCHEMA = "rapt-audit/baseline/1"
 DEFAULT_Z = 1.96
 DEFAULT_TOLERANCE = 0.005
 DEFAULT_PAIRED_TOLERANCE = 0.001
@@ -137,13 +131,6 @@ def _privacy_measures(outcome: Any) -> dict[str, tuple[Estimate, bool]]:
     return measures
 
 
-def run_label(result: RunResult) -> str:
-    """``t2t eta=75 seed 0 on synthetic``: how a run is named in the gate's output."""
-    args = ", ".join(f"{k}={v}" for k, v in sorted(result.config.get("defense_args", {}).items()))
-    return (f"{result.defense.get('name')}{' ' + args if args else ''} seed {result.config.get('seed')} "
-            f"on {result.dataset.get('name')}")
-
-
 def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z, tolerance: float = DEFAULT_TOLERANCE,
                  paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE) -> list[Comparison]:
     """Every privacy comparison of ``new`` against ``base`` (same cell): paired where both keep
@@ -188,50 +175,6 @@ def signature_diff(a: str, b: str) -> str:
     return ", ".join(f"{k}: {pa.get(k)} → {pb.get(k)}" for k in keys if pa.get(k) != pb.get(k))
 
 
-def read_baseline(path: str | Path) -> list[RunResult]:
-    """The reference runs of a baseline file (or of a single result file used as a baseline).
-
-    Raises:
-        ResultError: naming the file when it is missing, corrupt or of another schema.
-    """
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ResultError(f"baseline {path} cannot be read: {exc.strerror or exc}; create one with "
-                          f"rapt-audit check --write-baseline {path} RUN_DIRS") from None
-    except ValueError as exc:
-        raise ResultError(f"baseline {path} is corrupt: {exc}") from None
-    if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
-        docs = [doc]
-    elif isinstance(doc, dict) and doc.get("schema") == BASELINE_SCHEMA:
-        docs = doc.get("results", [])
-    else:
-        schema = doc.get("schema") if isinstance(doc, dict) else None
-        raise ResultError(f"baseline {path} has schema {schema!r}; this rapt-audit reads {BASELINE_SCHEMA!r} "
-                          f"(or a single {SCHEMA!r} result)")
-    for i, d in enumerate(docs):  # the same schema as result files; names the result and the field
-        validate_result_document(d, f"{path} results[{i}]")
-    try:
-        return [RunResult.from_dict(d) for d in docs]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ResultError(f"baseline {path} holds a malformed result: {exc!r}") from None
-
-
-def write_baseline(path: str | Path, runs: Sequence[str | Path], *, note: str = "") -> list[RunResult]:
-    """Record the results under ``runs`` as the new baseline (every input must be usable)."""
-    coll = collect(runs, calibrations=False)
-    if coll.problems:
-        raise ResultError("cannot record a baseline from unusable inputs: " + "; ".join(p.message for p in coll.problems))
-    results = [item.result for item in coll.results]
-    doc = {"schema": BASELINE_SCHEMA, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "created_by": f"rapt-audit {__version__}", "note": note,
-           "rule": {"z": DEFAULT_Z, "tolerance": DEFAULT_TOLERANCE},
-           "results": [r.to_dict() for r in results]}
-    write_json_atomic(Path(path), doc)
-    return results
-
-
 def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float = DEFAULT_Z,
          tolerance: float = DEFAULT_TOLERANCE, paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE,
          allow_signature_change: bool = False,
@@ -258,13 +201,16 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
         new = by_cell[b.cell_id]
         if new.signature != b.signature:
             diff = signature_diff(b.signature, new.signature)
-            if not allow_signature_change:
+            if diff.startswith("code:") and ", " not in diff:  # other code, same protocol: what the gate measures
+                warnings.append(f"{run_label(b)}: the code changed since the baseline ({diff}); compared")
+            elif not allow_signature_change:
                 raise ResultError(
                     f"{run_label(b)}: the comparability signature changed ({diff}), so the numbers are not "
                     f"comparable. If the change is intended, record a new baseline with rapt-audit check "
                     f"--write-baseline, or compare anyway with --allow-signature-change")
-            warnings.append(f"{run_label(b)}: signature changed ({diff}); compared anyway "
-                            "(--allow-signature-change); refresh the baseline when the change is intended")
+            else:
+                warnings.append(f"{run_label(b)}: signature changed ({diff}); compared anyway "
+                                "(--allow-signature-change); refresh the baseline when the change is intended")
         comparisons += compare_runs(b, new, z=z, tolerance=tolerance, paired_tolerance=paired_tolerance)
     # A baseline recorded before results kept per-record outcomes (not a measure that keeps none, such
     # as the mutual-information bound): say that the weaker rule was used, and how to get the paired one.
@@ -333,16 +279,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"(default {DEFAULT_PAIRED_TOLERANCE})")
     p.add_argument("--allow-signature-change", action="store_true",
                    help="compare runs whose comparability signature differs from the baseline's (with a warning)")
+    p.add_argument("--allow-dirty-baseline", action="store_true",
+                   help="record or read a baseline whose runs came from a tree with uncommitted changes (refused "
+                        "by default: a reference names its commit)")
     p.add_argument("--note", default="", help="with --write-baseline: a note stored in the file")
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Entry of ``rapt-audit check``: 0 no regression, 1 regression, 2 unusable input."""
     if args.write_baseline:
-        results = write_baseline(args.baseline, args.runs, note=args.note)
+        results = write_baseline(args.baseline, args.runs, rule={"z": DEFAULT_Z, "tolerance": DEFAULT_TOLERANCE}, note=args.note, allow_dirty=args.allow_dirty_baseline)
         print(f"recorded {len(results)} run(s) as the baseline in {args.baseline}")
         return 0
-    baseline = read_baseline(args.baseline)
+    baseline = read_baseline(args.baseline, allow_dirty=args.allow_dirty_baseline)
     coll = collect(args.runs, calibrations=False)
     if coll.problems:  # a gate must not pass over an input it could not read
         raise ResultError("; ".join(p.message for p in coll.problems))
@@ -379,4 +328,4 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 __all__ = ["BASELINE_SCHEMA", "Comparison", "add_parser", "cmd_check", "compare_estimates", "compare_paired",
-           "compare_runs", "gate", "read_baseline", "standard_error", "write_baseline"]
+           "compare_runs", "gate", "read_baseline", "refuse_dirty", "run_label", "standard_error", "write_baseline"]
