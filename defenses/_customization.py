@@ -25,6 +25,7 @@ from rapt_audit.api.types import Estimate
 from rapt_audit.utility.customize import PlainTokens, check_method, check_positions, resolve_settings
 from rapt_audit.utility.customized import customize_service, score_customized
 from rapt_audit.utility.on_device import Precision
+from rapt_audit.utility.probes import bow_probe_utility
 from rapt_audit.utility.selection import check_lr_grid, resolve_grid
 from rapt_audit.utility.token_vectors import TokenVectors
 
@@ -89,6 +90,22 @@ class Customized(CheckedParams):
         resolve_grid(settings.method, ctx.profile, lr=self.lr, lr_grid=self.lr_grid)
         check_positions(settings, len(plain.words) if plain else 0,
                         int(ctx.encoder().model.config.max_position_embeddings))
+
+    def check_service(self, ctx: RunContext, *, plain: PlainTokens | None = None) -> None:
+        """Check the settings before any other work, unless the service is the quick probe (nothing to check)."""
+        if self.method != "bow":
+            self.check_customization(ctx, plain=plain)
+
+    def service_scores(self, train_texts: Sequence[str], y_train: np.ndarray,
+                       test: Callable[[], tuple[Sequence[str], np.ndarray]], *, ctx: RunContext, key: str,
+                       loaded: Any = None, **options: Any) -> Mapping[str, Estimate]:
+        """The service's utility, the one branch every text defense and ``identity`` share: the bag-of-words
+        probe (``method="bow"``), or the encoder customized on the training texts
+        (:meth:`customized_scores`); ``test()`` gives the test texts and labels once training is over."""
+        if self.method == "bow":
+            test_texts, y_test = test()
+            return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", key))
+        return self.customized_scores(train_texts, y_train, test, ctx=ctx, key=key, loaded=loaded, **options)
 
     def customized_scores(self, train_texts: Sequence[str] | TokenVectors, y_train: np.ndarray,
                           test: Callable[[], tuple[Sequence[str] | TokenVectors, np.ndarray]], *, ctx: RunContext,

@@ -29,7 +29,7 @@ from rapt_audit.mechanisms.analyses import text_entities
 from rapt_audit.mechanisms.calibration import ReplacementCount
 from rapt_audit.mechanisms.privatize import check_text
 from rapt_audit.mechanisms.verbatim import verbatim_summary
-from rapt_audit.utility.probes import bow_probe_utility, require_labels
+from rapt_audit.utility.probes import require_labels
 
 
 @dataclass
@@ -102,8 +102,7 @@ class TextDefense(Customized):
         The settings are checked here, before any privatization, so that a prompt too long for the
         model fails in a second rather than after minutes of work.
         """
-        if self.method != "bow":
-            self.check_customization(ctx, plain=self.customization_options(ctx).get("plain"))
+        self.check_service(ctx, plain=self.customization_options(ctx).get("plain") if self.method != "bow" else None)
         self._train = tuple(train)
         return self
 
@@ -166,18 +165,15 @@ class TextDefense(Customized):
         y_train = require_labels(self._train, split="victim_train")
         require_labels(test, split="victim_test")  # fail before minutes of training; the labels are used below
         train_texts, _ = self.privatize_records(self._train, ctx)
-        if self.method == "bow":
-            test_texts, _ = self.privatize_records(test, ctx)
-            return bow_probe_utility(train_texts, y_train, test_texts, require_labels(test, split="victim_test"),
-                                     rng=ctx.rng("utility", self.name))
-
-        loaded, adaptation = self.service_encoder(ctx)
 
         def test_split() -> tuple[list[str], np.ndarray]:  # privatized and read only once the model is final
             return self.privatize_records(test, ctx)[0], require_labels(test, split="victim_test")
 
-        estimates = self.customized_scores(train_texts, y_train, test_split, ctx=ctx, key=self.name, loaded=loaded,
-                                           **self.customization_options(ctx))
+        if self.method == "bow":
+            return self.service_scores(train_texts, y_train, test_split, ctx=ctx, key=self.name)
+        loaded, adaptation = self.service_encoder(ctx)
+        estimates = self.service_scores(train_texts, y_train, test_split, ctx=ctx, key=self.name, loaded=loaded,
+                                        **self.customization_options(ctx))
         if adaptation is not None:
             self._training["pretraining"] = adaptation
         return estimates

@@ -9,7 +9,7 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release, pair_text
 from rapt_audit.defenses._customization import Customized
-from rapt_audit.utility.probes import bow_probe_utility, require_labels
+from rapt_audit.utility.probes import require_labels
 
 
 @DEFENSES.register("identity", tags=("baseline", "text"))
@@ -35,8 +35,7 @@ class IdentityDefense(Customized):
 
     def fit(self, train: Sequence[Record], *, ctx: RunContext) -> IdentityDefense:
         """Remember the (unprivatized) training records; check the customization settings first."""
-        if self.method != "bow":  # a prompt too long for the model fails now, not after other work
-            self.check_customization(ctx)
+        self.check_service(ctx)  # a prompt too long for the model fails now, not after other work
         self._train = tuple(train)
         return self
 
@@ -52,9 +51,6 @@ class IdentityDefense(Customized):
         y_train = require_labels(self._train, split="victim_train")
         require_labels(test, split="victim_test")  # fail before minutes of training; read again below
         train_texts = [pair_text(r.text, r.text_pair) for r in self._train]
-        if self.method == "bow":
-            return bow_probe_utility(train_texts, y_train, [pair_text(r.text, r.text_pair) for r in test],
-                                     require_labels(test, split="victim_test"), rng=ctx.rng("utility", self.name))
-        return self.customized_scores(
+        return self.service_scores(
             train_texts, y_train, lambda: ([pair_text(r.text, r.text_pair) for r in test],
                                            require_labels(test, split="victim_test")), ctx=ctx, key=self.name)

@@ -16,14 +16,18 @@ import pytest
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.api.types import Estimate
+from rapt_audit.benchmark.ceiling import HEAD_SERVICE, OWN_SERVICE, no_privacy_checks
 from rapt_audit.benchmark.join import join
 from rapt_audit.benchmark.locate import find_line
-from rapt_audit.benchmark.matched import at_utility
+from rapt_audit.benchmark.matched import at_utility, matched
 from rapt_audit.benchmark.plan import PLACEHOLDER_ATTACK, plan_cells
 from rapt_audit.benchmark.spec import BenchmarkError, set_text, shipped, shipped_dir
 from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.cli.main import main
 from rapt_audit.reporting.pareto import Point
+from rapt_audit.reporting.summary import group_results
+from tests.result_factory import benchmark_folder
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -205,6 +209,25 @@ def test_the_frontier_is_interpolated_between_bracketing_settings_never_extrapol
     assert at_utility(points, 0.8) == (0.3, "measured", ("b",))
 
 
+def test_every_defense_at_no_privacy_is_checked_against_identity_and_a_gap_is_explained_or_flagged(tmp_path):
+    joined = join(benchmark_folder(tmp_path, "sst2-cpu"))  # invented numbers: every ∞ setting at identity's
+    table = matched(group_results(joined.collection.results)[0], resamples=50)
+    checks = {c.defense: c for c in no_privacy_checks(table, joined.index)}
+    assert set(checks) == {"t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr"}  # identity is the reference
+    assert all(c.verdict == "within" for c in checks.values()) and checks["t2t"].setting == "eta=inf"
+    assert checks["cape"].setting == "epsilon=inf" and checks["cape"].reason == HEAD_SERVICE
+    assert checks["t2t"].text(table.ceiling) == "within identity's interval"
+    # A gap: explained where the service differs, flagged where it is the same service.
+    for row in table.group.rows:
+        if row.defense in ("pct2t", "cape", "snd") and str(row.params.get("eta", row.params.get("epsilon"))) == "inf":
+            row.utility[table.utility] = Estimate(0.5, 0.45, 0.55, 100)
+    checks = {c.defense: c for c in no_privacy_checks(table, joined.index)}
+    assert {d for d, c in checks.items() if c.verdict == "outside"} == {"pct2t", "cape", "snd"}
+    assert "unexplained" in checks["pct2t"].text(table.ceiling) and " below identity's interval" in checks[
+        "pct2t"].text(table.ceiling)
+    assert checks["snd"].reason == OWN_SERVICE["snd"] and checks["cape"].reason == HEAD_SERVICE
+
+
 def test_a_task_without_attacks_of_its_own_runs_the_placeholder_attack(tmp_path):
     text = TWO.replace('inversion = "synthetic"\nattribute = "synthetic"\n', "")
     bench = load_benchmark(_write(tmp_path, text))
@@ -256,6 +279,8 @@ def test_the_report_and_leaderboard_hold_every_defense_with_seeds_combined_and_m
     assert "service:method=prompt" in board and "| 0,1 |" in board  # two seeds in one row
     rows = [item.result for item in join(out).collection.results]
     assert len(rows) == 6 and all(r.defense["params"].get("method") == "prompt" for r in rows)
+    claims = (out / "claims.md").read_text(encoding="utf-8")  # the papers' claims over the joined rows
+    assert claims.startswith("# The seed papers' claims on benchmark") and "privacy rises as" in claims.lower()
 
 
 def test_attacks_join_from_their_familys_dataset_cell(two_run, tmp_path):

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit.api.files import write_text_atomic
+from rapt_audit.benchmark.ceiling import no_privacy_checks
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
+from rapt_audit.reporting.claims import evaluate, format_markdown
 from rapt_audit.reporting.leaderboard import markdown_text, render_leaderboard
 from rapt_audit.reporting.report import write_report
 from rapt_audit.reporting.summary import fmt_estimate, group_results
@@ -37,6 +39,11 @@ MATCHED_NOTE = ("Privacy at matched utility: each defense's Pareto frontier (its
                 "bootstrap that redraws the ceiling and every setting from its interval and reads the frontier "
                 "again. Best: the highest reading whose lead over every other defense stays above 0 in 97.5 % of "
                 f"the resamples; {REFERENCE} is the no-privacy reference, not a candidate.")
+
+
+CEILING_NOTE = ("No-privacy check: each defense at η = ∞ (ε = ∞) adds no noise, so under the same service it "
+                f"should land inside {REFERENCE}'s interval; a defense whose service differs says so "
+                "(rapt_audit/benchmark/ceiling.py).")
 
 
 def _reading_text(reading: Reading) -> str:
@@ -64,9 +71,23 @@ def _facts(index: dict[str, Any], joined: Joined) -> list[tuple[str, str]]:
         shown = ", ".join(c["name"] for c in joined.pending[:6]) + (" ..." if len(joined.pending) > 6 else "")
         facts.append(("pending", f"{len(joined.pending)} of {len(index['cells'])} cells have no result yet ({shown}); "
                                  "their rows or attacks are missing: run the benchmark again to finish them"))
+    if joined.cells:
+        facts.append(("ran", _provenance(list(joined.cells.values()))))
     if index.get("description"):
         facts.insert(0, ("about", str(index["description"])))
     return facts
+
+
+def _provenance(cells: Sequence[Any]) -> str:
+    """Which code and machine made the finished cells, and what they cost: the commits (a modified tree
+    says ``-dirty``), the platforms and threads, and the sum of the cells' wall times."""
+    shas = sorted({str(r.env.get("git_sha") or "not a git checkout") for r in cells})
+    platforms = sorted({f"{r.env.get('platform', '?')}, {r.env.get('device', '?')}, "
+                        f"{r.env.get('threads', '?')} thread(s) per cell" for r in cells})
+    seconds = sum(float(r.env.get("wall_time_s") or 0.0) for r in cells)
+    return (f"{len(cells)} cells at commit {', '.join(s[:12] + ('-dirty' if s.endswith('-dirty') else '') for s in shas)}"
+            f" on {'; '.join(platforms)}; {seconds / 3600:.2f} h of cell time in all (cells side by side with "
+            "--jobs overlap, so the elapsed time is shorter)")
 
 
 def _attacks(table: Matched) -> list[str]:
@@ -86,6 +107,13 @@ def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched
             parts.append(f"<p class='note'>Not read: {e(table.note)}.</p>")
             continue
         parts.append(f"<p>Ceiling ({REFERENCE}, {e(str(table.utility))}): {e(fmt_estimate(table.ceiling))}.</p>")
+        checks = no_privacy_checks(table, index)
+        if checks:
+            parts.append(f"<p class='note'>{e(CEILING_NOTE)}</p><table><thead><tr><th>defense</th><th>setting</th>"
+                         f"<th>{e(str(table.utility))}</th><th>against {REFERENCE}</th></tr></thead><tbody>" + "".join(
+                             f"<tr><th scope='row'>{e(c.defense)}</th><td>{e(c.setting)}</td><td class='num'>"
+                             f"{e(fmt_estimate(c.utility) if c.utility else '–')}</td><td>{e(c.text(table.ceiling))}"
+                             "</td></tr>" for c in checks) + "</tbody></table>")
         attacks = _attacks(table)
         for f in FRACTIONS:
             head = "".join(f"<th>{e(a)}</th>" for a in attacks)
@@ -120,6 +148,13 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
             lines += [f"Not read: {t(table.note)}.", ""]
             continue
         lines += [f"Ceiling ({REFERENCE}, {t(table.utility)}): {fmt_estimate(table.ceiling)}.", ""]
+        checks = no_privacy_checks(table, index)
+        if checks:
+            lines += [t(CEILING_NOTE), "", f"| defense | setting | {t(table.utility)} | against {REFERENCE} |",
+                      "|---|---|---:|---|"]
+            lines += [f"| {t(c.defense)} | {t(c.setting)} | {fmt_estimate(c.utility) if c.utility else '–'} | "
+                      f"{t(c.text(table.ceiling))} |" for c in checks]
+            lines.append("")
         attacks = _attacks(table)
         for f in FRACTIONS:
             lines += [f"**Utility = {100 * f:.0f} % of the ceiling** ({t(table.utility)} "
@@ -137,7 +172,8 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
 def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
                            leaderboard: str | Path | None = None,
                            title: str | None = None) -> tuple[Path, Path, Joined]:
-    """Render a benchmark folder's report (HTML) and leaderboard (Markdown).
+    """Render a benchmark folder's report (HTML) and leaderboard (Markdown), and the seed papers' claims
+    over its joined rows (``FOLDER/claims.md``, what ``rapt-audit claims`` prints for a set of runs).
 
     Args:
         folder: The output folder of ``rapt-audit benchmark run``.
@@ -161,7 +197,9 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     link = os.path.relpath(out.resolve(), leaderboard.parent.resolve()).replace(os.sep, "/")
     write_text_atomic(leaderboard, render_leaderboard(joined.collection, report=link, title=title,
                                                       preamble=matched_markdown(index, joined, tables)))
+    claims = format_markdown(evaluate(group_results(joined.collection.results)))
+    write_text_atomic(folder / "claims.md", f"# The seed papers' claims on benchmark {index['name']}\n\n{claims}")
     return out, leaderboard, joined
 
 
-__all__ = ["MATCHED_NOTE", "SEEDS_NOTE", "matched_html", "matched_markdown", "write_benchmark_report"]
+__all__ = ["CEILING_NOTE", "MATCHED_NOTE", "SEEDS_NOTE", "matched_html", "matched_markdown", "write_benchmark_report"]

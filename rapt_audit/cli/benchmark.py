@@ -26,7 +26,7 @@ EPILOG = """examples:
 NAME is a benchmark shipped with rapt-audit (the repository's benchmarks/ folder); FILE is any .toml of
 the same format (README: Benchmarks). Every cell is checked before any work; a bad file stops with
 FILE:LINE and the fix. Finished cells are reused, so an interrupted benchmark run again goes on; run
-renders DIR/index.html and DIR/leaderboard.md when every cell has finished."""
+renders DIR/index.html, DIR/leaderboard.md and DIR/claims.md when every cell has finished."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="check the file, list every cell with its estimated cost, run nothing")
     run.add_argument("--quiet", action="store_true", help="no progress output")
     add_cell_options(run)
-    report = actions.add_parser("report", help="render a benchmark folder's report and leaderboard")
+    report = actions.add_parser("report", help="render a benchmark folder's report, leaderboard and claims")
     report.add_argument("folder", metavar="DIR", help="the --out folder of benchmark run")
     report.add_argument("--out", default=None, help="HTML file (default DIR/index.html)")
     report.add_argument("--leaderboard", default=None, help="Markdown file (default DIR/leaderboard.md)")
@@ -57,8 +57,8 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         html, markdown, joined = write_benchmark_report(args.folder, out=args.out, leaderboard=args.leaderboard,
                                                         title=args.title)
         joined.collection.warn_problems()
-        print(f"wrote {html} and {markdown} ({len(joined.collection.results)} joined row(s) of "
-              f"{len(joined.cells)} finished cell(s); {len(joined.pending)} pending)")
+        print(f"wrote {html}, {markdown} and {Path(args.folder) / 'claims.md'} ({len(joined.collection.results)} "
+              f"joined row(s) of {len(joined.cells)} finished cell(s); {len(joined.pending)} pending)")
         return 0
     return _run(args)
 

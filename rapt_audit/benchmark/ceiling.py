@@ -1,0 +1,98 @@
+"""The no-privacy check: each defense at its no-privacy setting against ``identity`` under the same protocol.
+
+At η = ∞ (or ε = ∞) a mechanism adds no noise, so a defense whose service is the benchmark's service
+should land on ``identity``'s utility: the protocol is then the same for both, and a defense that
+loses utility at a finite setting loses it to its noise, not to a weaker service. A defense whose
+service is another (the sentence-representation defenses train a head on what they release; SnD's
+client classifies its denoised embedding; RAPT's service adds plain tokens and a reconstruction head)
+has a ceiling of its own: the check then says so instead of passing or failing it. Anything else
+outside ``identity``'s interval is a finding to investigate, and the report says that too.
+
+The test: the no-privacy row's mean (seeds combined) lies inside ``identity``'s 95 % interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from rapt_audit.api.types import Estimate
+from rapt_audit.benchmark.matched import REFERENCE, Matched
+from rapt_audit.reporting.summary import Row
+
+#: Why a defense's service differs from the benchmark's (prompt tuning of the encoder on the release).
+OWN_SERVICE = {
+    "rapt": "RAPT's service adds the user's plain tokens and a reconstruction head to prompt tuning (the paper's "
+            "design), so its ceiling is its own",
+    "snd": "SnD's utility is the client's: it classifies its denoised embedding with its own classifier (the "
+           "paper's protocol), not the service's prompt-tuned encoder",
+}
+#: Why for a defense with no ``method`` parameter: it releases a sentence representation.
+HEAD_SERVICE = ("the service trains a classifier head on the released sentence representation (the paper's "
+                "protocol); the encoder is not customized, so its ceiling is its own")
+
+
+@dataclass(frozen=True)
+class CeilingCheck:
+    """One defense's no-privacy setting against the reference.
+
+    Attributes:
+        defense: The defense.
+        setting: Its no-privacy setting (``eta=inf``).
+        utility: Its utility there (seeds combined), or ``None`` when the row is missing.
+        verdict: ``within`` (inside the reference's interval), ``outside`` or ``not measured``.
+        reason: Why another ceiling is expected (its service differs), or what an unexplained gap means.
+    """
+
+    defense: str
+    setting: str
+    utility: Estimate | None
+    verdict: str
+    reason: str = ""
+
+    def text(self, ceiling: Estimate) -> str:
+        """``within identity's interval`` or ``0.031 below identity's interval: reason``."""
+        if self.utility is None:
+            return f"not measured ({self.reason})"
+        if self.verdict == "within":
+            return "within identity's interval" + (f" ({self.reason})" if self.reason else "")
+        gap = (ceiling.ci_low - self.utility.value if self.utility.value < ceiling.ci_low
+               else self.utility.value - ceiling.ci_high)
+        side = "below" if self.utility.value < ceiling.ci_low else "above"
+        return f"{gap:.3f} {side} identity's interval: {self.reason}"
+
+
+def _infinite(value: Any) -> bool:
+    try:
+        return math.isinf(float(str(value)))
+    except ValueError:
+        return False
+
+
+def no_privacy_checks(table: Matched, index: dict[str, Any]) -> list[CeilingCheck]:
+    """Every defense of the benchmark with an ∞ grid point: its utility there against the ceiling."""
+    if table.ceiling is None or table.utility is None:
+        return []
+    rows: Sequence[Row] = table.group.rows
+    checks = []
+    for defense, spec in index.get("defenses", {}).items():
+        axes = [k for k, values in spec.get("grid", {}).items() if any(_infinite(v) for v in values)]
+        if defense == REFERENCE or not axes:
+            continue
+        setting = ", ".join(f"{k}=inf" for k in axes)
+        row = next((r for r in rows if r.defense == defense and all(_infinite(r.params.get(k)) for k in axes)), None)
+        expected = OWN_SERVICE.get(defense) or ("" if "method" in (row.params if row else spec.get("service", {}))
+                                                else HEAD_SERVICE)
+        if row is None or table.utility not in row.utility:
+            checks.append(CeilingCheck(defense, setting, None, "not measured", "its cells have not finished"))
+            continue
+        est = row.utility[table.utility]
+        inside = table.ceiling.ci_low <= est.value <= table.ceiling.ci_high
+        reason = expected or ("" if inside else "the same service as identity, so this gap is unexplained: a "
+                                                "finding to investigate before reading this defense's frontier")
+        checks.append(CeilingCheck(defense, setting, est, "within" if inside else "outside", reason))
+    return checks
+
+
+__all__ = ["CeilingCheck", "HEAD_SERVICE", "OWN_SERVICE", "no_privacy_checks"]
