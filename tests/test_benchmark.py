@@ -22,6 +22,7 @@ from rapt_audit.benchmark.join import join
 from rapt_audit.benchmark.locate import find_line
 from rapt_audit.benchmark.matched import at_utility, matched
 from rapt_audit.benchmark.plan import PLACEHOLDER_ATTACK, plan_cells
+from rapt_audit.benchmark.run import file_label
 from rapt_audit.benchmark.spec import BenchmarkError, set_text, shipped, shipped_dir
 from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.cli.main import main
@@ -265,6 +266,8 @@ def test_an_interrupted_benchmark_run_again_reuses_what_finished(two_run):
 def test_the_index_records_the_file_hash_and_every_cell(two_run):
     index = json.loads((two_run["out"] / "benchmark.json").read_text(encoding="utf-8"))
     assert index["file_sha256"] == hashlib.sha256(two_run["path"].read_bytes()).hexdigest()
+    assert index["file"] == str(two_run["path"].resolve())  # not below the working folder: the whole path
+    assert file_label(shipped_dir() / "smoke.toml") == "benchmarks/smoke.toml"  # wherever the package lies
     assert len(index["cells"]) == 6 and (two_run["out"] / "sweep.json").is_file()
     assert (two_run["out"] / "benchmark.toml").read_text(encoding="utf-8") == TWO
 

@@ -21,7 +21,7 @@ from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic, write_text_atomic
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.benchmark.plan import BenchCell
-from rapt_audit.benchmark.spec import Benchmark, set_text
+from rapt_audit.benchmark.spec import Benchmark, set_text, shipped_dir
 from rapt_audit.pipeline.results import RunResult
 from rapt_audit.pipeline.sweep import SWEEP_INDEX, Axis, Cell, Executor, run_sweep
 
@@ -36,9 +36,21 @@ def default_out(bench: Benchmark) -> Path:
     return Path("runs") / f"benchmark-{bench.name}"
 
 
+def file_label(path: Path) -> str:
+    """How the index names the file: ``benchmarks/NAME.toml`` for a shipped one (wherever the package is
+    installed), else the path relative to the working folder when it lies below it."""
+    resolved = Path(path).resolve()
+    if resolved.parent == shipped_dir().resolve():
+        return f"benchmarks/{resolved.name}"
+    try:
+        return str(resolved.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(resolved)
+
+
 def index_document(bench: Benchmark, cells: Sequence[BenchCell]) -> dict[str, Any]:
     """The index of a benchmark's output folder (see the module docstring)."""
-    return {"schema": INDEX_SCHEMA, "name": bench.name, "file": str(bench.path), "file_sha256": bench.sha256,
+    return {"schema": INDEX_SCHEMA, "name": bench.name, "file": file_label(bench.path), "file_sha256": bench.sha256,
             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "description": bench.description, "profile": bench.profile, "model": bench.model,
             "seeds": list(bench.seeds), "service": {k: set_text(v) for k, v in bench.service},
@@ -108,5 +120,5 @@ def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, lo
                          executor=executor, time_budget=time_budget)
 
 
-__all__ = ["COPY_FILE", "INDEX_FILE", "INDEX_SCHEMA", "axes_of", "default_out", "index_document", "read_index",
-           "run_benchmark"]
+__all__ = ["COPY_FILE", "INDEX_FILE", "INDEX_SCHEMA", "axes_of", "default_out", "file_label", "index_document",
+           "read_index", "run_benchmark"]
