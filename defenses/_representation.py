@@ -81,7 +81,7 @@ def require_attribute(records: Sequence[Record], attribute: str, *, who: str) ->
         raise DataError(
             f"{who} needs the private attribute {attribute!r} on its training records, but none of the "
             f"{len(records)} records has it. Datasets with {attribute!r}: {', '.join(datasets_with(attribute))}. "
-            f"Train on one of them (or on a mix with a labelled dataset, see scripts/fig7_comparison.py).")
+            f"Train on one of them, or without the adversary (lam=0, as benchmarks/sst2-cpu.toml does on SST-2).")
     return mask
 
 

@@ -62,8 +62,8 @@ class SndDefense(TaskClassifier):
     Auditing note: clipping puts almost every uploaded vector on the sphere of radius ``C``. The
     suite's plain nearest-neighbour (``whitebox``) attack then over-states privacy (the shrunken
     vector's guesses drift to small-norm tokens) and the k-NN mutual-information estimate is not
-    valid (the release has no density in R^d). ``scripts/snd_utility.py`` adds a clipping-aware
-    nearest-neighbour attacker that rescales before searching; read that column for SnD.
+    valid (the release has no density in R^d). The ``whitebox`` attack therefore rescales clipped
+    uploads to their expected norm before searching, and ``mutual_info`` declines them.
     """
 
     exposes: ClassVar[frozenset[str]] = frozenset({"token_embeddings", "sequence_embeddings"})

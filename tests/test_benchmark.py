@@ -16,7 +16,7 @@ import pytest
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.plugins import DEFENSES, load
-from rapt_audit.api.types import Estimate
+from rapt_audit.api.types import Estimate, Skip
 from rapt_audit.benchmark.ceiling import HEAD_SERVICE, OWN_SERVICE, no_privacy_checks
 from rapt_audit.benchmark.join import join
 from rapt_audit.benchmark.locate import find_line
@@ -227,6 +227,20 @@ def test_every_defense_at_no_privacy_is_checked_against_identity_and_a_gap_is_ex
     assert "unexplained" in checks["pct2t"].text(table.ceiling) and " below identity's interval" in checks[
         "pct2t"].text(table.ceiling)
     assert checks["snd"].reason == OWN_SERVICE["snd"] and checks["cape"].reason == HEAD_SERVICE
+
+
+def test_no_cell_runs_where_no_attack_can_read_the_release_and_the_row_says_why(tmp_path):
+    cells = plan_cells(load_benchmark("sst2-cpu", check_data=False), out=tmp_path / "plan")
+    by_dataset = {(c.defense, c.dataset) for c in cells}
+    assert ("snd", "conll2003") not in by_dataset and ("embedding", "conll2003") not in by_dataset
+    assert ("snd", "trustpilot") in by_dataset and ("t2t", "conll2003") in by_dataset  # the others all run
+    joined = join(benchmark_folder(tmp_path / "bench", "sst2-cpu"))
+    rows = {(r.defense["name"], r.config["seed"]): r for r in (item.result for item in joined.collection.results)}
+    assert len({r.signature for r in rows.values()}) == 1  # rows without a CoNLL cell join the same group
+    snd = rows[("snd", 0)].attacks["ner"]
+    assert isinstance(snd, Skip) and snd.reason == "needs a release of kind texts; defense snd releases " \
+                                                   "sequence_embeddings, token_embeddings"
+    assert not isinstance(rows[("t2t", 0)].attacks["ner"], Skip)
 
 
 def test_a_task_without_attacks_of_its_own_runs_the_placeholder_attack(tmp_path):

@@ -14,6 +14,7 @@ import errno
 import functools
 import gzip
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any, Iterable
+from typing import IO, Any
 
 from rapt_audit.api.errors import ResultError
 
@@ -237,17 +238,18 @@ def source_digest(defense_type: type) -> str:
     return _source_digest(tuple(dict.fromkeys(folders)))
 
 
-def run_code_digest(defense_type: type, attack_types: Iterable[type]) -> str:
-    """A hash of the code a run could execute: :func:`source_digest` and the folders of its attacks' modules.
+def package_code_digest() -> str:
+    """A hash of rapt-audit's own code that can change a number: the core (less reporting, CLI, benchmark
+    planning), the built-in defenses and the built-in attacks.
 
-    A result's signature names it (``code:``), so results of different code are never silently
-    compared; the regression gate compares exactly those, and says so.
+    A result's signature names it (``code:``). It is the same for every defense and attack of one
+    installation, so a plugin defense's rows sit in one table with the built-ins' (third-party plugins
+    are named by their versions instead); the regression gate compares runs of different code, and says so.
     """
-    folders = []
-    for attack_type in attack_types:
-        for cls in attack_type.__mro__:
-            module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
-            if module_file:
-                folders.append((str(Path(module_file).resolve().parent), False))
-    attacks = _source_digest(tuple(sorted(set(folders)))) if folders else ""
-    return hashlib.sha256(f"{source_digest(defense_type)}\n{attacks}".encode("utf-8")).hexdigest()
+    core = Path(__file__).resolve().parent.parent  # rapt_audit/
+    folders = [(str(core), True)]
+    for package in ("defenses", "attacks"):  # the built-in plugins: top-level packages beside rapt_audit
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.submodule_search_locations:
+            folders.append((str(Path(list(spec.submodule_search_locations)[0]).resolve()), False))
+    return _source_digest(tuple(folders))

@@ -21,6 +21,7 @@ from typing import Any
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.types import Outcome, Skip
+from rapt_audit.benchmark.plan import not_applicable_reason
 from rapt_audit.benchmark.run import read_index
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result
 from rapt_audit.reporting.collect import Collection, Loaded, Problem
@@ -112,6 +113,10 @@ def _merge(index: dict[str, Any], task: str, results: dict[str, RunResult | None
     for family, dataset in index["datasets"].items():
         got = results.get(dataset)
         for attack in index["family_attacks"].get(family, []):
+            if got is None and names.get(dataset) is None:  # no cell planned: the attack cannot read the release
+                reason = not_applicable_reason(base.defense["name"], attack)
+                attacks[attack] = Skip(reason or f"no cell of {dataset} for this setting in the benchmark's index")
+                continue
             if got is None:
                 attacks[attack] = Skip(f"pending: cell {names.get(dataset)} ({dataset}) has not finished; run the "
                                        "benchmark again")
@@ -123,7 +128,10 @@ def _merge(index: dict[str, Any], task: str, results: dict[str, RunResult | None
         for attack in names_not_run:
             attacks[attack] = Skip(f"not run: the benchmark names no {family} dataset ([datasets] {family})")
     parts = {ds: r for ds, r in results.items() if r is not None}
-    components = dict.fromkeys(signatures.get(ds) or r.signature for ds, r in parts.items())
+    # Every dataset's shared signature, in the index's order, so a row without a cell of some family
+    # (none of its attacks applies to the defense) still joins the others' group.
+    components = dict.fromkeys(s for ds in dict.fromkeys([task, *index["datasets"].values()])
+                               if (s := signatures.get(ds) or (parts[ds].signature if ds in parts else None)))
     signature = (f"benchmark:{index['name']}|task:{task}|service:{index.get('service_text', 'default')}|"
                  + "+".join(components))  # one token (no spaces): shown as code
     cell_id = hashlib.sha256(" ".join(sorted(r.cell_id for r in parts.values())).encode("utf-8")).hexdigest()[:12]

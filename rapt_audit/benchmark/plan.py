@@ -25,6 +25,7 @@ else:  # Python 3.10: the same parser from PyPI
     import tomli as tomllib
 
 from rapt_audit.api.errors import ResultError
+from rapt_audit.api.plugins import ATTACKS, DEFENSES
 from rapt_audit.benchmark.spec import Benchmark
 from rapt_audit.pipeline.cell_driver import duration
 from rapt_audit.pipeline.config import build_config
@@ -77,15 +78,18 @@ def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
     Seed first: a run stopped by its time budget leaves every defense with the same number of
     finished seeds (not the first defenses complete and the last ones absent), and ``identity``'s
     cells of a seed run before the other defenses' no-privacy cells, which read its stored service
-    and attack models wherever their releases are the same texts. A dataset that only a family without selected attacks
-    reads has no cell; a task with no attack of its own runs :data:`PLACEHOLDER_ATTACK` (a run needs
-    one attack).
+    and attack models wherever their releases are the same texts. A dataset that only a family
+    without selected attacks reads has no cell, nor has one none of whose attacks can read the
+    defense's release (the joined row says why, :func:`not_applicable_reason`); a task with no attack
+    of its own runs :data:`PLACEHOLDER_ATTACK` (a run needs one attack).
     """
     cells = []
     for seed in bench.seeds:
         for defense in bench.defenses:
             for point in defense.points():
                 for dataset in bench.all_datasets:
+                    if dataset not in bench.tasks and not applicable(defense.name, bench.attacks_for(dataset)):
+                        continue  # a run of it would only skip every attack (SnD on CoNLL: minutes for nothing)
                     attacks = bench.attacks_for(dataset) or (PLACEHOLDER_ATTACK,)
                     cli: dict[str, Any] = {"defense": defense.name, "dataset": dataset, "profile": bench.profile,
                                            "model": bench.model, "seed": seed, "attacks": ",".join(attacks)}
@@ -98,6 +102,23 @@ def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
                     cell = Cell(assignments, name, replace(config, out=str(out / name)))
                     cells.append(BenchCell(cell, defense.name, point, varying, seed, dataset, attacks))
     return cells
+
+
+def not_applicable_reason(defense: str, attack: str) -> str | None:
+    """Why ``attack`` cannot read what ``defense`` releases (the runner's words), or ``None`` when it can
+    (or when either is not installed here: then the run itself decides)."""
+    if attack not in ATTACKS or defense not in DEFENSES:
+        return None
+    requires = ATTACKS.get(attack).requires
+    exposes = DEFENSES.get(defense).exposes
+    if requires & exposes:
+        return None
+    return f"needs a release of kind {' or '.join(sorted(requires))}; defense {defense} releases {', '.join(sorted(exposes))}"
+
+
+def applicable(defense: str, attacks: Sequence[str]) -> list[str]:
+    """The attacks of ``attacks`` that can read a release of ``defense`` (declared ``requires`` and ``exposes``)."""
+    return [a for a in attacks if not_applicable_reason(defense, a) is None]
 
 
 def finished(cell: BenchCell) -> RunResult | None:
@@ -182,5 +203,5 @@ def dry_run_text(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, job
     return "\n".join(lines)
 
 
-__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "dry_run_text", "estimate_costs",
-           "finished", "plan_cells", "profile_costs"]
+__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "applicable", "dry_run_text", "estimate_costs",
+           "finished", "not_applicable_reason", "plan_cells", "profile_costs"]

@@ -206,8 +206,8 @@ def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, 
     Args:
         attacks: Attack name → its resolved parameters (what the hash covers).
         attack_args: Attack name → the parameters the run set (what is written out).
-        code: A digest of the code the run could execute (:func:`rapt_audit.api.files.run_code_digest`).
-        plugins: Third-party plugin distribution → version (written only when there is one).
+        code: A digest of rapt-audit's code (:func:`rapt_audit.api.files.package_code_digest`).
+        plugins: Third-party plugin distribution → version, of every plugin loaded (written only when there is one).
     """
     attack_hash = hashlib.sha256(json.dumps(attacks, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:8]
     given = attack_args or {}

@@ -27,13 +27,13 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from rapt_audit.api.errors import ResultError, UsageError
-from rapt_audit.api.files import remove_stray_temps, run_code_digest
+from rapt_audit.api.files import package_code_digest, remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
-from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load, plugin_distributions
 from rapt_audit.api.threat import threat_model_record
 from rapt_audit.api.types import AttackFailure, Outcome, Skip
 from rapt_audit.api.version import __version__
@@ -320,8 +320,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                             model_fingerprint=env["model_fingerprint"], profile=config.profile,
                             attacks=attack_settings, package_version=__version__,
                             attack_args={n: dict(config.attack_args.get(n, {})) for n in checked.attacks},
-                            code=run_code_digest(type(defense), [type(a) for a in checked.attacks.values()]),
-                            plugins=_plugin_versions(config.defense, checked.attacks)),
+                            code=package_code_digest(), plugins=plugin_distributions()),
         cell_id=config.cell_id(), config=config.to_dict(),
         dataset={"name": dataset.name, "task": dataset.task, "synthetic": dataset.synthetic,
                  "source": dataset.source, "splits": splits.sizes(), "label_names": list(dataset.label_names),
@@ -330,12 +329,6 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                  "release_meta": _jsonable_notes(release.meta)},
         utility=utility, attacks=outcomes, env=env, warnings=warnings)
     return result
-
-
-def _plugin_versions(defense: str, attacks: Mapping[str, Any]) -> dict[str, str]:
-    """Distribution → version of the third-party plugins this run used (built-ins have no origin)."""
-    origins = [DEFENSES.entry(defense).origin, *(ATTACKS.entry(n).origin for n in attacks)]
-    return dict(o.split(" ", 1) for o in origins if " " in o)
 
 
 def _progress_bar(total: int, *, enabled: bool):  # noqa: ANN202 - tqdm
