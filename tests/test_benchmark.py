@@ -293,7 +293,7 @@ def test_the_report_and_leaderboard_hold_every_defense_with_seeds_combined_and_m
     for defense in ("identity", "t2t"):
         assert f"| {defense}" in board and f">{defense}" in html
     assert "Privacy at matched utility" in html and "Utility = 90 % of the ceiling" in board
-    assert "service:method=prompt" in board and "| 0,1 |" in board  # two seeds in one row
+    assert "|utility:prompt/vt" in board and "/e1/" in board and "| 0,1 |" in board  # the protocol as run
     rows = [item.result for item in join(out).collection.results]
     assert len(rows) == 6 and all(r.defense["params"].get("method") == "prompt" for r in rows)
     claims = (out / "claims.md").read_text(encoding="utf-8")  # the papers' claims over the joined rows

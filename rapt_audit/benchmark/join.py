@@ -80,6 +80,27 @@ def _dataset_signatures(index: dict[str, Any], found: dict[str, RunResult]) -> d
     return {ds: next(iter(sigs)) if len(sigs) == 1 else None for ds, sigs in seen.items()}
 
 
+def protocol_label(index: dict[str, Any], found: dict[str, RunResult]) -> str:
+    """The utility protocol as the reference's service ran it, readably: ``prompt/vt20/e2/lr0.01/v10%``
+    (method, virtual tokens or LoRA rank, maximum epochs, the learning-rate grid, the share of the
+    privatized training data held out to choose the epoch and rate); the file's ``[service]`` keys when
+    no ``identity`` task cell has finished (or it used the probe, which trains nothing to describe)."""
+    for cell in index["cells"]:
+        result = found.get(cell["name"])
+        if cell["defense"] != "identity" or cell["dataset"] not in index["tasks"] or result is None:
+            continue
+        record = result.defense.get("release_meta", {}).get("customization") or {}
+        settings, selection = record.get("settings") or {}, record.get("selection") or {}
+        if not settings:
+            break
+        size = f"vt{settings.get('virtual_tokens')}" if settings.get("method") in ("prompt", "prefix") else (
+            f"r{settings.get('lora_r')}" if settings.get("method") == "lora" else "")
+        grid = "+".join(f"{lr:g}" for lr in selection.get("lr_grid") or [settings.get("lr")])
+        held = f"v{100 * float(selection.get('validation_fraction', 0)):g}%"
+        return "/".join(p for p in (settings.get("method"), size, f"e{settings.get('epochs')}", f"lr{grid}", held) if p)
+    return str(index.get("service_text", "default"))
+
+
 def join(out: str | Path) -> Joined:
     """Read a benchmark folder and join its cells (see the module docstring).
 
@@ -92,6 +113,7 @@ def join(out: str | Path) -> Joined:
     found, pending = _read_cells(out, index, coll)
     names = {_key(c): c["name"] for c in index["cells"]}
     signatures = _dataset_signatures(index, found)
+    index = {**index, "protocol": protocol_label(index, found)}
     for task in index["tasks"]:
         for cell in index["cells"]:
             if cell["dataset"] != task or cell["name"] not in found:
@@ -132,14 +154,14 @@ def _merge(index: dict[str, Any], task: str, results: dict[str, RunResult | None
     # (none of its attacks applies to the defense) still joins the others' group.
     components = dict.fromkeys(s for ds in dict.fromkeys([task, *index["datasets"].values()])
                                if (s := signatures.get(ds) or (parts[ds].signature if ds in parts else None)))
-    signature = (f"benchmark:{index['name']}|task:{task}|service:{index.get('service_text', 'default')}|"
+    signature = (f"benchmark:{index['name']}|task:{task}|utility:{index['protocol']}|"
                  + "+".join(components))  # one token (no spaces): shown as code
     cell_id = hashlib.sha256(" ".join(sorted(r.cell_id for r in parts.values())).encode("utf-8")).hexdigest()[:12]
     env = {**base.env, "threat_models": {**(base.env.get("threat_models") or {}), **threat},
            # The row's cost: every cell it joins.
            "wall_time_s": round(sum(float(r.env.get("wall_time_s") or 0.0) for r in parts.values()), 3),
            "benchmark": {"name": index["name"], "file_sha256": index.get("file_sha256"),
-                         "service": index.get("service_text"),
+                         "service": index.get("service_text"), "protocol": index["protocol"],
                          "cells": {ds: {"name": names.get(ds), "cell_id": r.cell_id} for ds, r in parts.items()}}}
     # A cell of an attack family's dataset without task labels warns that it measured no utility; the
     # joined row's utility comes from the task's cell, so that warning would be untrue here.
@@ -151,4 +173,4 @@ def _merge(index: dict[str, Any], task: str, results: dict[str, RunResult | None
                      attacks=attacks, env=env, warnings=warnings)
 
 
-__all__ = ["Joined", "join"]
+__all__ = ["Joined", "join", "protocol_label"]

@@ -113,7 +113,8 @@ def not_applicable_reason(defense: str, attack: str) -> str | None:
     exposes = DEFENSES.get(defense).exposes
     if requires & exposes:
         return None
-    return f"needs a release of kind {' or '.join(sorted(requires))}; defense {defense} releases {', '.join(sorted(exposes))}"
+    return (f"needs a release of kind {' or '.join(sorted(requires))}; defense {defense} releases "
+            f"{', '.join(sorted(exposes))}")
 
 
 def applicable(defense: str, attacks: Sequence[str]) -> list[str]:

@@ -60,8 +60,10 @@ def _facts(index: dict[str, Any], joined: Joined) -> list[tuple[str, str]]:
     facts = [("benchmark", f"{index['name']} (file {index['file']}, sha256 {str(index.get('file_sha256'))[:12]}), "
                            f"profile {index['profile']}, model {index['model']}, seeds "
                            f"{', '.join(map(str, index['seeds']))}"),
-             ("service", f"{index.get('service_text', 'default')}: applied to every defense whose service customizes "
-                         "the encoder (a method parameter); the others train their own head on what they release"),
+             ("service", f"{index.get('service_text', 'default')} (as the reference ran it: "
+                         f"{index.get('protocol', 'not yet run')}): applied to every defense whose service "
+                         "customizes the encoder (a method parameter); the others train their own head on what they "
+                         "release"),
              ("datasets", "; ".join([f"utility on {', '.join(index['tasks'])}"] + [
                  f"{family} attacks ({', '.join(index['family_attacks'].get(family, [])) or 'none selected'}) on "
                  f"{dataset}" for family, dataset in index["datasets"].items()]))]
@@ -85,7 +87,8 @@ def _provenance(cells: Sequence[Any]) -> str:
     platforms = sorted({f"{r.env.get('platform', '?')}, {r.env.get('device', '?')}, "
                         f"{r.env.get('threads', '?')} thread(s) per cell" for r in cells})
     seconds = sum(float(r.env.get("wall_time_s") or 0.0) for r in cells)
-    return (f"{len(cells)} cells at commit {', '.join(s[:12] + ('-dirty' if s.endswith('-dirty') else '') for s in shas)}"
+    commits = ", ".join(s[:12] + ("-dirty" if s.endswith("-dirty") else "") for s in shas)
+    return (f"{len(cells)} cells at commit {commits}"
             f" on {'; '.join(platforms)}; {seconds / 3600:.2f} h of cell time in all (cells side by side with "
             "--jobs overlap, so the elapsed time is shorter)")
 

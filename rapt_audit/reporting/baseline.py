@@ -88,7 +88,8 @@ def write_baseline(path: str | Path, runs: Sequence[str | Path], *, rule: Mappin
     ``allow_dirty``, from a clean tree); ``rule`` is the gate's rule, stored with them."""
     coll = collect(runs, calibrations=False)
     if coll.problems:
-        raise ResultError("cannot record a baseline from unusable inputs: " + "; ".join(p.message for p in coll.problems))
+        raise ResultError("cannot record a baseline from unusable inputs: "
+                          + "; ".join(p.message for p in coll.problems))
     results = [item.result for item in coll.results]
     if not allow_dirty:
         refuse_dirty(results, "cannot record the baseline")

@@ -288,7 +288,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     """Entry of ``rapt-audit check``: 0 no regression, 1 regression, 2 unusable input."""
     if args.write_baseline:
-        results = write_baseline(args.baseline, args.runs, rule={"z": DEFAULT_Z, "tolerance": DEFAULT_TOLERANCE}, note=args.note, allow_dirty=args.allow_dirty_baseline)
+        results = write_baseline(args.baseline, args.runs, rule={"z": DEFAULT_Z, "tolerance": DEFAULT_TOLERANCE},
+                                 note=args.note, allow_dirty=args.allow_dirty_baseline)
         print(f"recorded {len(results)} run(s) as the baseline in {args.baseline}")
         return 0
     baseline = read_baseline(args.baseline, allow_dirty=args.allow_dirty_baseline)

@@ -41,7 +41,7 @@ def markdown_text(text: object) -> str:
 
 def _name(name: str) -> str:
     """A name or signature as code when it holds no markup, else as escaped text (a backtick would end the code)."""
-    return f"`{name}`" if re.fullmatch(r"[\w.:@/=,+|-]+", str(name)) else _cell(name)
+    return f"`{name}`" if re.fullmatch(r"[\w.:@/=,+|%()-]+", str(name)) else _cell(name)
 
 
 def _short_sha(sha: str) -> str:
