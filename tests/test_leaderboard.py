@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rapt_audit.api.types import Estimate
 from rapt_audit.cli import main
 from rapt_audit.pipeline.results import write_result
 from tests.result_factory import SIG_A, SIG_B, fake_result, t2t_sweep
@@ -57,6 +58,16 @@ def test_seeds_of_one_setting_make_one_row(tmp_path):
     rows = _tables(out.read_text(encoding="utf-8"))[SIG_A]
     assert len(rows) == 1 and "| 0,1,2 |" in rows[0]
     assert "0.520 [" in rows[0]  # the mean of the three seeds
+
+
+def test_each_utility_column_shows_its_declared_direction(tmp_path):
+    result = fake_result(eta=75)
+    result.utility["embedding_mse.denoised"] = Estimate(0.07, 0.06, 0.08, 100)  # an error: lower is better
+    write_result(result, tmp_path / "runs" / "a")
+    out = tmp_path / "lb.md"
+    assert main(["leaderboard", str(tmp_path / "runs"), "-o", str(out)]) == 0
+    header = next(line for line in out.read_text(encoding="utf-8").splitlines() if line.startswith("| defense |"))
+    assert "| accuracy ↑ |" in header and "| embedding_mse.denoised ↓ |" in header
 
 
 def test_links_point_at_rows_of_the_report(tmp_path):

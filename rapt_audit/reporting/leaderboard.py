@@ -20,6 +20,7 @@ from rapt_audit.api.files import write_text_atomic
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.collect import Collection, collect
 from rapt_audit.reporting.summary import Group, fmt_estimate, fmt_outcome, group_results
+from rapt_audit.scoring.metrics import arrow
 
 
 def _cell(text: object) -> str:
@@ -69,7 +70,8 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
         lines += ["> **WARNING: SYNTHETIC DEMO DATA.** These rows come from the generated demo corpus and say "
                   "nothing about real-world privacy.", ""]
     util = group.utility_metrics
-    head = ["defense", "setting", "seeds"] + [f"{_cell(m)} ↑" for m in util]
+    # Each utility's declared direction (an error such as embedding_mse is lower-is-better), as the console says.
+    head = ["defense", "setting", "seeds"] + [f"{_cell(m)} {arrow(m)}".rstrip() for m in util]
     # An attack whose headline is its own measure (ae_inversion's reconstruction MSE) says so in its column.
     head += [f"{_cell(a)} ↑" + ("" if group.measure_note(a) is None else f" ({_cell(group.headline(a))})")
              for a in measured]
