@@ -229,6 +229,16 @@ def test_every_defense_at_no_privacy_is_checked_against_identity_and_a_gap_is_ex
     assert checks["snd"].reason == OWN_SERVICE["snd"] and checks["cape"].reason == HEAD_SERVICE
 
 
+def test_an_attack_measured_only_at_no_privacy_is_not_read_as_a_bound(tmp_path):
+    group = group_results(join(benchmark_folder(tmp_path, "sst2-cpu")).collection.results)[0]
+    for row in group.rows:  # as SnD's mutual information: declined wherever the defense adds noise
+        if row.defense == "snd" and not row.no_privacy:
+            row.privacy["whitebox"] = Skip("declines clipped releases")
+    readings = {r.defense: r for r in matched(group, resamples=50).readings["whitebox"][0.9]}
+    assert readings["snd"].kind == "not measured" and readings["snd"].value is None
+    assert readings["t2t"].value is not None and readings["identity"].kind == "reference"
+
+
 def test_no_cell_runs_where_no_attack_can_read_the_release_and_the_row_says_why(tmp_path):
     cells = plan_cells(load_benchmark("sst2-cpu", check_data=False), out=tmp_path / "plan")
     by_dataset = {(c.defense, c.dataset) for c in cells}

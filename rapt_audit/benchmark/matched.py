@@ -184,7 +184,9 @@ def matched(group: Group, *, fractions: Sequence[float] = FRACTIONS, resamples: 
         for f in fractions:
             readings, draws = [], {}
             for defense, (points, us, ps) in sampled.items():
-                if not points:  # the attack skipped (or failed on) every setting: nothing to read
+                # The attack skipped (or failed on) every setting, or ran only where the defense adds no noise
+                # (SnD's mutual information declines clipped releases): no frontier to read, not a bound.
+                if not points or (defense != REFERENCE and all(p.key.no_privacy for p in points)):
                     readings.append(Reading(defense, None, "not measured", (), 0.0))
                     continue
                 value, kind, between = at_utility(points, f * out.ceiling.value)
