@@ -22,7 +22,7 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, CheckedParams, PositiveInt
 from rapt_audit.api.types import Estimate
-from rapt_audit.utility.customize import PlainTokens, check_method, check_positions, resolve_settings
+from rapt_audit.utility.customize import METHODS, PlainTokens, check_method, check_positions, resolve_settings
 from rapt_audit.utility.customized import customize_service, score_customized
 from rapt_audit.utility.on_device import Precision
 from rapt_audit.utility.probes import bow_probe_utility
@@ -91,21 +91,28 @@ class Customized(CheckedParams):
         check_positions(settings, len(plain.words) if plain else 0,
                         int(ctx.encoder().model.config.max_position_embeddings))
 
-    def check_service(self, ctx: RunContext, *, plain: PlainTokens | None = None) -> None:
-        """Check the settings before any other work, unless the service is the quick probe (nothing to check)."""
-        if self.method != "bow":
-            self.check_customization(ctx, plain=plain)
+    def customization_options(self, ctx: RunContext) -> dict[str, Any]:
+        """Extra arguments of the service's training (RAPT adds its plain tokens and reconstruction)."""
+        return {}
+
+    def check_service(self, ctx: RunContext) -> None:
+        """Check the settings before any other work when the service customizes the encoder (a probe,
+        ``bow`` or ``probe``, has nothing to check), so a prompt too long for the model fails in a second."""
+        if self.method in METHODS:
+            self.check_customization(ctx, plain=self.customization_options(ctx).get("plain"))
 
     def service_scores(self, train_texts: Sequence[str], y_train: np.ndarray,
                        test: Callable[[], tuple[Sequence[str], np.ndarray]], *, ctx: RunContext, key: str,
-                       loaded: Any = None, **options: Any) -> Mapping[str, Estimate]:
-        """The service's utility, the one branch every text defense and ``identity`` share: the bag-of-words
-        probe (``method="bow"``), or the encoder customized on the training texts
-        (:meth:`customized_scores`); ``test()`` gives the test texts and labels once training is over."""
+                       loaded: Any = None) -> Mapping[str, Estimate]:
+        """The service's utility on texts, the one branch every text defense and ``identity`` share: the
+        bag-of-words probe (``method="bow"``), or the encoder customized on the training texts with this
+        defense's :meth:`customization_options` (:meth:`customized_scores`); ``test()`` gives the test texts
+        and labels once training is over."""
         if self.method == "bow":
             test_texts, y_test = test()
             return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", key))
-        return self.customized_scores(train_texts, y_train, test, ctx=ctx, key=key, loaded=loaded, **options)
+        return self.customized_scores(train_texts, y_train, test, ctx=ctx, key=key, loaded=loaded,
+                                      **self.customization_options(ctx))
 
     def customized_scores(self, train_texts: Sequence[str] | TokenVectors, y_train: np.ndarray,
                           test: Callable[[], tuple[Sequence[str] | TokenVectors, np.ndarray]], *, ctx: RunContext,

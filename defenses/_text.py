@@ -102,7 +102,7 @@ class TextDefense(Customized):
         The settings are checked here, before any privatization, so that a prompt too long for the
         model fails in a second rather than after minutes of work.
         """
-        self.check_service(ctx, plain=self.customization_options(ctx).get("plain") if self.method != "bow" else None)
+        self.check_service(ctx)
         self._train = tuple(train)
         return self
 
@@ -169,18 +169,12 @@ class TextDefense(Customized):
         def test_split() -> tuple[list[str], np.ndarray]:  # privatized and read only once the model is final
             return self.privatize_records(test, ctx)[0], require_labels(test, split="victim_test")
 
-        if self.method == "bow":
-            return self.service_scores(train_texts, y_train, test_split, ctx=ctx, key=self.name)
-        loaded, adaptation = self.service_encoder(ctx)
-        estimates = self.service_scores(train_texts, y_train, test_split, ctx=ctx, key=self.name, loaded=loaded,
-                                        **self.customization_options(ctx))
+        # The probe reads no encoder, so it never pretrains one.
+        loaded, adaptation = (None, None) if self.method == "bow" else self.service_encoder(ctx)
+        estimates = self.service_scores(train_texts, y_train, test_split, ctx=ctx, key=self.name, loaded=loaded)
         if adaptation is not None:
             self._training["pretraining"] = adaptation
         return estimates
-
-    def customization_options(self, ctx: RunContext) -> dict[str, Any]:
-        """Extra arguments of the service's training (RAPT adds its plain tokens and reconstruction)."""
-        return {}
 
 
 __all__ = ["TextDefense"]

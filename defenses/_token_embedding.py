@@ -127,8 +127,7 @@ class TokenEmbeddingDefense(Customized):
 
     def fit(self, train: Sequence[Record], *, ctx: RunContext) -> TokenEmbeddingDefense:
         """Check the customization settings, then remember the training records (privatized lazily for utility)."""
-        if self.method != "probe":  # a prompt too long for the model fails now, not after other work
-            self.check_customization(ctx)
+        self.check_service(ctx)  # a prompt too long for the model fails now, not after other work
         self._train = tuple(train)
         return self
 

@@ -29,6 +29,7 @@ from rapt_audit.api.plugins import ATTACKS, DEFENSES
 from rapt_audit.benchmark.spec import Benchmark
 from rapt_audit.pipeline.cell_driver import duration
 from rapt_audit.pipeline.config import build_config
+from rapt_audit.pipeline.contracts import unreadable_release
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result
 from rapt_audit.pipeline.sweep import Cell, cell_name
 
@@ -88,7 +89,8 @@ def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
         for defense in bench.defenses:
             for point in defense.points():
                 for dataset in bench.all_datasets:
-                    if dataset not in bench.tasks and not applicable(defense.name, bench.attacks_for(dataset)):
+                    if dataset not in bench.tasks and all(not_applicable_reason(defense.name, a)
+                                                          for a in bench.attacks_for(dataset)):
                         continue  # a run of it would only skip every attack (SnD on CoNLL: minutes for nothing)
                     attacks = bench.attacks_for(dataset) or (PLACEHOLDER_ATTACK,)
                     cli: dict[str, Any] = {"defense": defense.name, "dataset": dataset, "profile": bench.profile,
@@ -105,21 +107,11 @@ def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
 
 
 def not_applicable_reason(defense: str, attack: str) -> str | None:
-    """Why ``attack`` cannot read what ``defense`` releases (the runner's words), or ``None`` when it can
-    (or when either is not installed here: then the run itself decides)."""
+    """Why ``attack`` cannot read what ``defense`` declares it releases (the runner's skip reason), or ``None``
+    when it can (or when either is not installed here: then the run itself decides)."""
     if attack not in ATTACKS or defense not in DEFENSES:
         return None
-    requires = ATTACKS.get(attack).requires
-    exposes = DEFENSES.get(defense).exposes
-    if requires & exposes:
-        return None
-    return (f"needs a release of kind {' or '.join(sorted(requires))}; defense {defense} releases "
-            f"{', '.join(sorted(exposes))}")
-
-
-def applicable(defense: str, attacks: Sequence[str]) -> list[str]:
-    """The attacks of ``attacks`` that can read a release of ``defense`` (declared ``requires`` and ``exposes``)."""
-    return [a for a in attacks if not_applicable_reason(defense, a) is None]
+    return unreadable_release(ATTACKS.get(attack).requires, DEFENSES.get(defense).exposes, defense)
 
 
 def finished(cell: BenchCell) -> RunResult | None:
@@ -204,5 +196,5 @@ def dry_run_text(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, job
     return "\n".join(lines)
 
 
-__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "applicable", "dry_run_text", "estimate_costs",
+__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "dry_run_text", "estimate_costs",
            "finished", "not_applicable_reason", "plan_cells", "profile_costs"]

@@ -126,6 +126,15 @@ def check_utility(name: str, utility: Any) -> dict[str, Estimate]:
     return dict(utility)
 
 
+def unreadable_release(requires: frozenset[str], kinds: frozenset[str], defense: str) -> str | None:
+    """Why an attack that reads ``requires`` cannot attack a release of ``kinds`` from ``defense`` (the
+    skip reason results record), or ``None`` when it can."""
+    if requires & kinds:
+        return None
+    return (f"needs a release of kind {' or '.join(sorted(requires))}; defense {defense} releases "
+            f"{', '.join(sorted(kinds))}")
+
+
 def check_attack_result(name: str, outcome: Any) -> AttackResult:
     """``outcome`` when it is an :class:`AttackResult` whose numbers keep their metrics' declarations.
 
@@ -171,4 +180,4 @@ def _check_measure(kind: str, name: str, method: str, metric: str, est: Any, *,
 
 
 __all__ = ["attack_failure", "check_attack_result", "check_release", "check_utility", "checked_release",
-           "defense_call", "failure_message", "where_raised"]
+           "defense_call", "failure_message", "unreadable_release", "where_raised"]

@@ -50,6 +50,7 @@ from rapt_audit.pipeline.contracts import (
     check_utility,
     checked_release,
     defense_call,
+    unreadable_release,
 )
 from rapt_audit.pipeline.context import RunContext, default_cache_dir, derive_seed
 from rapt_audit.pipeline.gpu_usage import GpuMonitor, monitor as gpu_monitor
@@ -284,9 +285,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     outcomes: dict[str, Outcome] = {}
     for name, attack in checked.attacks.items():
         bar.update(1)
-        if not (attack.requires & release.kinds):
-            outcomes[name] = Skip(f"needs a release of kind {' or '.join(sorted(attack.requires))}; defense "
-                                  f"{config.defense} releases {', '.join(sorted(release.kinds))}")
+        if (reason := unreadable_release(attack.requires, release.kinds, config.defense)) is not None:
+            outcomes[name] = Skip(reason)
             continue
         say(f"attack {name}")
         method = "fit"

@@ -48,7 +48,7 @@ from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.plugins import load
 from rapt_audit.api.types import AttackFailure, AttackResult, Estimate
 from rapt_audit.pipeline.results import RunResult
-from rapt_audit.reporting.baseline import BASELINE_SCHEMA, read_baseline, refuse_dirty, run_label, write_baseline
+from rapt_audit.reporting.baseline import BASELINE_SCHEMA, read_baseline, run_label, write_baseline
 from rapt_audit.reporting.collect import collect
 from rapt_audit.scoring.metrics import METRICS
 from rapt_audit.scoring.stats import paired_drop
@@ -167,12 +167,16 @@ def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z, toler
     return out
 
 
-def signature_diff(a: str, b: str) -> str:
-    """The fields of two signatures that differ, as ``field: a → b``."""
+def signature_changes(a: str, b: str) -> dict[str, tuple[str | None, str | None]]:
+    """The fields of two signatures that differ: field → (value in ``a``, value in ``b``)."""
     pa = dict(p.split(":", 1) for p in a.split("|") if ":" in p)
     pb = dict(p.split(":", 1) for p in b.split("|") if ":" in p)
-    keys = list(dict.fromkeys(list(pa) + list(pb)))
-    return ", ".join(f"{k}: {pa.get(k)} → {pb.get(k)}" for k in keys if pa.get(k) != pb.get(k))
+    return {k: (pa.get(k), pb.get(k)) for k in dict.fromkeys(list(pa) + list(pb)) if pa.get(k) != pb.get(k)}
+
+
+def signature_diff(a: str, b: str) -> str:
+    """The fields of two signatures that differ, as ``field: a → b``."""
+    return ", ".join(f"{k}: {x} → {y}" for k, (x, y) in signature_changes(a, b).items())
 
 
 def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float = DEFAULT_Z,
@@ -201,7 +205,7 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
         new = by_cell[b.cell_id]
         if new.signature != b.signature:
             diff = signature_diff(b.signature, new.signature)
-            if diff.startswith("code:") and ", " not in diff:  # other code, same protocol: what the gate measures
+            if set(signature_changes(b.signature, new.signature)) == {"code"}:  # what the gate is for
                 warnings.append(f"{run_label(b)}: the code changed since the baseline ({diff}); compared")
             elif not allow_signature_change:
                 raise ResultError(
@@ -329,4 +333,4 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 __all__ = ["BASELINE_SCHEMA", "Comparison", "add_parser", "cmd_check", "compare_estimates", "compare_paired",
-           "compare_runs", "gate", "read_baseline", "refuse_dirty", "run_label", "standard_error", "write_baseline"]
+           "compare_runs", "gate", "read_baseline", "run_label", "standard_error", "write_baseline"]
