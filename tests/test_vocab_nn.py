@@ -228,6 +228,19 @@ def test_noisy_queries_match_exact(space, index):
     assert index.fallbacks - before < 0.03 * len(queries)  # the certificate rarely fails on realistic noise
 
 
+def test_searches_from_several_threads_match_exact(space, index):
+    """Each thread screens into its own score buffer: blocks searched at once never read another's scores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(5)
+    clean = space.vectors[rng.integers(0, len(space.tokens), (4, 1_500))]
+    batches = [c + dchi(len(c), 384, 75, rng) for c in clean]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(index.search, batches))
+    for rows, queries in zip(got, batches):
+        np.testing.assert_array_equal(rows, exact_nearest(space.vectors, queries))
+
+
 def test_float64_and_float32_screen_and_extreme_queries(space, index):
     rng = np.random.default_rng(3)
     q64 = space.vectors[rng.integers(0, len(space.tokens), 300)].astype(np.float64) + rng.standard_normal((300, 384)) * 0.05
