@@ -16,7 +16,7 @@ from rapt_audit.attacks._inversion import LearnedTokenInversion
 from rapt_audit.attacks._token_views import Units, accuracy, aligned_fraction, features, per_record_mean
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.encoder.vocab import embedding_space
-from rapt_audit.mechanisms.nn_search import vocabulary_index
+from rapt_audit.mechanisms.engines import vocabulary_index
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.utility.on_device import autocast
 

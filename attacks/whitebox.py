@@ -24,7 +24,7 @@ from rapt_audit.attacks._token_views import (
     views_for,
 )
 from rapt_audit.encoder.vocab import embedding_space
-from rapt_audit.mechanisms.nn_search import vocabulary_index
+from rapt_audit.mechanisms.engines import vocabulary_index
 from rapt_audit.scoring.metrics import METRICS, metric
 
 

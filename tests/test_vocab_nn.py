@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from rapt_audit.mechanisms.nn_exact import exact_nearest
-from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex, nearest_index
+from rapt_audit.mechanisms.engines import nearest_index
+from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex
 
 SPECIALS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")
 ETAS = (25, 75, 125, 175)

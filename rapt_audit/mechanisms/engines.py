@@ -10,9 +10,23 @@ import numpy as np
 from rapt_audit.api.context import RunContext
 from rapt_audit.encoder.vocab import EmbeddingSpace, embedding_space
 from rapt_audit.mechanisms.analysis_pack import tagger_key, texts_digest
-from rapt_audit.mechanisms.nn_search import nearest_index, vocabulary_index
+from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex
 from rapt_audit.mechanisms.pos import PUBLIC_MIN_COUNT, load_tagger, vocabulary_lexicon
 from rapt_audit.mechanisms.privatize import TokenEngine, WordEngine
+
+
+def nearest_index(ctx: RunContext, table_key: str, table: np.ndarray) -> NearestNeighbourIndex:
+    """The run's shared index over ``table`` (built once per ``table_key`` and device)."""
+    return ctx.shared(("nn_index", table_key, ctx.device),
+                      lambda: NearestNeighbourIndex(table, device=ctx.device, cold_queries=ctx.cold_queries))
+
+
+def vocabulary_index(ctx: RunContext) -> NearestNeighbourIndex:
+    """The run's shared index over the regular vocabulary of its embedding space.
+
+    T2T decodes to this table, and the white-box attacker (who holds the public model) searches it.
+    """
+    return nearest_index(ctx, "regular", embedding_space(ctx).vectors)
 
 
 def tagger(ctx: RunContext):  # noqa: ANN201 - spacy.Language

@@ -35,15 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rapt_audit.api.context import RunContext
-from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.nn_exact import Float64Search, as_matrix
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 
-__all__ = ["NearestNeighbourIndex", "nearest_index", "vocabulary_index"]
+__all__ = ["NearestNeighbourIndex"]
 
 _GROUP = 32  # rows per screening group
 _ROW_CHUNK = 4096  # table rows per chunk in set-up loops
@@ -311,20 +309,14 @@ class NearestNeighbourIndex:
         return rows, (kth > threshold.double() + slack) & sane
 
     def _score_buffer(self, size: int, dtype: torch.dtype) -> torch.Tensor:
-        """A flat buffer of ``size`` elements for a block's screen scores, kept for the next block.
-
-        A fresh 15 MB block per 256 queries made the process's peak memory a matter of chance: glibc
-        serves such blocks from its heap once one has been freed, and how much of the heap it keeps
-        depends on what else lies there. Privatizing 100,000 records then peaked 0-20 % above 10,000
-        (issue #29's flat-memory check failed in CI); reused, the screen allocates nothing per block.
-        """
-        import torch  # lazy (torch)
-
+        """A flat buffer for a block's screen scores, kept for the next block (one per thread): a fresh 15 MB
+        block per search left peak memory to chance in glibc's heap (reports/benchmarks.md, issue #29)."""
         buffers = self._scratch.__dict__
-        buffer = buffers.get(dtype)
-        if buffer is None or buffer.numel() < size:
-            buffer = buffers[dtype] = torch.empty(size, dtype=dtype, device=self.device)
-        return buffer[:size]
+        if dtype not in buffers or buffers[dtype].numel() < size:
+            import torch  # lazy (torch)
+
+            buffers[dtype] = torch.empty(size, dtype=dtype, device=self.device)
+        return buffers[dtype][:size]
 
     def _rerank(self, q32: torch.Tensor, q64: torch.Tensor | None, cand: torch.Tensor, k: int
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -402,16 +394,3 @@ def _cuda_reduced_precision() -> bool:
 
     return bool(getattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", True))
 
-
-def nearest_index(ctx: RunContext, table_key: str, table: np.ndarray) -> NearestNeighbourIndex:
-    """The run's shared index over ``table`` (built once per ``table_key`` and device)."""
-    return ctx.shared(("nn_index", table_key, ctx.device),
-                      lambda: NearestNeighbourIndex(table, device=ctx.device, cold_queries=ctx.cold_queries))
-
-
-def vocabulary_index(ctx: RunContext) -> NearestNeighbourIndex:
-    """The run's shared index over the regular vocabulary of its embedding space.
-
-    T2T decodes to this table, and the white-box attacker (who holds the public model) searches it.
-    """
-    return nearest_index(ctx, "regular", embedding_space(ctx).vectors)
