@@ -28,9 +28,10 @@ class PCT2TDefense(DchiTextDefense):
     Words are tagged with spaCy's tagger. Only words in the selected categories are perturbed: a
     word's vector is the mean of its sub-token embeddings, receives dχ noise, and is replaced by the
     nearest candidate word **of the same category** (candidate lexicons: the model's whole-word
-    vocabulary, each word in the category of its isolated tag and in every category public text tags
-    it with; never from the protected data, :func:`rapt_audit.mechanisms.pos.vocabulary_lexicon`).
-    A word no candidate of its category equals (one the vocabulary holds only as sub-word pieces) is
+    vocabulary and the public words it holds only as sub-word pieces, embedded as the mean of their
+    pieces (RAPT Eq. 2), each word in the category of its isolated tag and in every category public
+    text tags it with; never from the protected data, :func:`rapt_audit.mechanisms.pos.vocabulary_lexicon`).
+    A word no candidate of its category equals (a name, a misspelling, a word no public list holds) is
     replaced at every finite η; the count says how many (``forced``). Words in other categories are
     released unchanged, in the clear: that is the method's utility/privacy trade (RAPT Sec. V-E).
     Categories: noun (incl. proper nouns), verb, pronoun, preposition (RAPT's default), adjective,

@@ -79,8 +79,10 @@ class RAPTDefense(PCT2TDefense):
         if self._plain is None or len(self._plain.words) != self.plain_tokens:
             space = embedding_space(ctx)
             groups = pos_groups(ctx)
+            # Plain tokens and the head's vocabulary are vocabulary words (RAPT's |V_r|), not the words
+            # PCT2T's lexicon adds past the space's rows (held only as sub-word pieces).
             category_of_word = {space.tokens[row]: category for category in self.categories
-                                for row in groups[category].tolist()}
+                                for row in groups[category].tolist() if row < len(space.tokens)}
             if self.rec_vocab == "categories":
                 vocabulary = sorted(category_of_word)
             else:

@@ -98,15 +98,14 @@ def test_empty_text_gives_empty_release(mctx):
 
 
 def test_pct2t_keeps_categories_and_leaves_other_words_alone(mctx):
-    from rapt_audit.encoder.vocab import embedding_space
-    from rapt_audit.mechanisms.engines import pos_groups
+    from rapt_audit.mechanisms.engines import pos_candidates
     from rapt_audit.mechanisms.pos import category_of
 
     defense = _defense("pct2t", categories="noun,verb")
     tagged, released, count = defense.privatize_words(SENTENCES, eta=50.0, rng=np.random.default_rng(4), ctx=mctx)
     assert count.rate > 0.5
-    tokens = embedding_space(mctx).tokens
-    lexicon = {cat: {tokens[r] for r in rows} for cat, rows in pos_groups(mctx).items()}
+    words = pos_candidates(mctx).words
+    lexicon = {cat: {words[r] for r in rows} for cat, rows in pos_candidates(mctx).groups.items()}
     perturbed = 0
     for sentence, words in zip(tagged, released):
         assert len(sentence) == len(words)  # one released word per input word
@@ -190,6 +189,49 @@ def test_lexicon_puts_a_word_in_every_category_public_text_tags_it_with():
     assert "city" in lexicon["noun"]
 
 
+def test_lexicon_adds_public_words_the_vocabulary_holds_only_as_pieces():
+    """Words held as sub-word pieces join from public text (twice in a category) and spaCy's string table
+    (tagged alone), where ``admit`` accepts them; the vocabulary's words come first (issue #28)."""
+    from rapt_audit.mechanisms.pos import load_tagger, vocabulary_lexicon
+
+    public = ["The screenwriters met the city .", "Two screenwriters left the city ."]
+    lexicon = vocabulary_lexicon(load_tagger, ["city"], public_text=lambda: public,
+                                 public_words=lambda: ["Filmmakers", "xqzt", "naïveté", "42"],
+                                 admit=lambda words: [w != "xqzt" for w in words])
+    assert lexicon["noun"][0] == "city"
+    assert {"screenwriters", "filmmakers"} <= set(lexicon["noun"])  # public text; the string table, normalised
+    assert "xqzt" not in {w for words in lexicon.values() for w in words}  # refused by admit
+    assert "42" not in {w for words in lexicon.values() for w in words}  # not a word of letters
+    without = vocabulary_lexicon(load_tagger, ["city"], public_text=lambda: public)
+    assert "screenwriters" not in without["noun"]  # nothing admits words outside the vocabulary
+
+
+def test_the_string_table_is_the_models_not_the_words_the_process_has_met():
+    """spaCy's live string table takes in every word it tokenizes (a text being privatized too); the lexicon
+    reads the table the model ships, so its candidates stay a fixed public set."""
+    from rapt_audit.mechanisms.pos import load_tagger, model_strings
+
+    nlp = load_tagger()
+    nlp.tokenizer("my neighbour qwzxplorification called")
+    assert "qwzxplorification" in nlp.vocab.strings
+    shipped = model_strings(nlp)
+    assert "qwzxplorification" not in shipped and "screenwriters" in shipped
+
+
+def test_pct2t_gives_back_a_word_held_only_as_pieces_when_the_noise_vanishes(mctx):
+    """"screenwriters" is two MiniLM pieces; PCT2T's lexicon holds it (spaCy's string table), so at a huge η it
+    comes back unchanged, embedded as the mean of its pieces on both sides (RAPT Eq. 2)."""
+    from rapt_audit.encoder.vocab import embedding_space
+    from rapt_audit.mechanisms.engines import pos_candidates
+
+    assert "screenwriters" not in embedding_space(mctx).tokens
+    candidates = pos_candidates(mctx)
+    assert "screenwriters" in {candidates.words[r] for r in candidates.groups["noun"].tolist()}
+    tagged, released, count = _defense("pct2t").privatize_words(["The screenwriters met the critics ."], eta=1e9,
+                                                                rng=np.random.default_rng(0), ctx=mctx)
+    assert "screenwriters" in released[0] and count.forced == count.replaced == 0
+
+
 def test_pct2t_replaces_only_words_no_candidate_equals_when_the_noise_vanishes(mctx):
     """At a huge η PCT2T's replacements are exactly its forced ones; a preposition "to" is no longer one of them."""
     defense = _defense("pct2t")
@@ -213,3 +255,18 @@ def test_a_target_below_the_forced_floor_is_refused_naming_the_floor():
     assert 8 / 100 < 0.2 and find_eta(counter, 0.2, seed=0) > 1  # above the floor: found
     with pytest.raises(UsageError, match=r"8\.0% of the calibration units have no candidate"):
         find_eta(counter, 0.05, seed=0)
+
+
+def test_a_calibration_row_gives_the_replacement_of_held_units_beside_the_forced_share():
+    """The held units' curve is the replaced share once the forced units are taken out: 0 where only they change."""
+    from rapt_audit.mechanisms.calibration import ReplacementCount, replacement_probability
+
+    def counter(eta, rng):  # 8 of 100 units forced; of the other 92, 100/eta replaced
+        return ReplacementCount(perturbed=100, replaced=8 + int(100 / eta) if math.isfinite(eta) else 0,
+                                forced=8 if math.isfinite(eta) else 0)
+
+    row = replacement_probability(counter, 10.0, seed=0).to_dict()
+    assert row["replacement"]["value"] == 0.18 and row["forced"]["value"] == 0.08
+    assert row["replacement_of_held_units"]["value"] == pytest.approx(10 / 92)
+    assert replacement_probability(counter, 1e9, seed=0).to_dict()["replacement_of_held_units"]["value"] == 0.0
+    assert replacement_probability(counter, math.inf, seed=0).to_dict()["replacement_of_held_units"] is None

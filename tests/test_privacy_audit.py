@@ -276,14 +276,13 @@ def test_the_audit_command_catches_faults_planted_in_the_products_noise(defense,
 def test_pct2t_support_holds_and_a_cross_category_release_is_caught(tmp_path):
     """PCT2T releases a word of the input's own POS category; a planted PCT2T that decodes among all
     whole words (across categories) is a certain VIOLATION of that claimed support."""
-    from rapt_audit.encoder.vocab import embedding_space
     from rapt_audit.mechanisms.audit import audit_support
     from rapt_audit.mechanisms.engines import pos_groups, word_engine
     from rapt_audit.pipeline.context import RunContext
 
     ctx = RunContext(cache_dir=tmp_path)
     nouns = pos_groups(ctx)["noun"]
-    row_of = {token: row for row, token in enumerate(embedding_space(ctx).tokens)}
+    row_of = {word: row for row, word in enumerate(word_engine(ctx, "pos").words)}  # the space's rows come first
 
     def sampler(grouping, group):
         engine = word_engine(ctx, grouping)

@@ -102,7 +102,7 @@ def test_word_vectors_stay_within_their_byte_budget(monkeypatch):
         return {"input_ids": [[int(w[1:]) % vocabulary, int(w[1:]) // vocabulary % vocabulary] for w in words]}
 
     monkeypatch.setattr(engines, "VECTOR_CACHE_BYTES", 64 * dim * 4, raising=False)  # 64 words
-    engine = engines.WordEngine(space, tokenizer, {}, lambda group: None)
+    engine = engines.WordEngine(space, tokenizer, space.tokens, {}, lambda group: None)
     for start in range(0, 2_000, 40):
         words = [f"w{i}" for i in range(start, start + 40)] + ["w3"]
         vectors = engine.word_vectors(words)

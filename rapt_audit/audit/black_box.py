@@ -156,7 +156,8 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     # Pairs are drawn among words that are one token of their own: the defenses that privatize text
     # (PCT2T's word vectors, the embedding defenses' tokenizer) then release exactly the audited row.
     alone = np.array([ids == [int(i)] for ids, i in zip(engine.token_ids(list(space.tokens)), space.token_ids)])
-    groups = {g: rows[alone[rows]] for g, rows in _groups(defense, plugin, ctx, space).items()}
+    candidates = _groups(defense, plugin, ctx, space)  # PCT2T's include words held as pieces (rows past the space's)
+    groups = {g: rows[rows < alone.size][alone[rows[rows < alone.size]]] for g, rows in candidates.items()}
     probes = []
     for ids in engine.token_ids(list(PROBES)):
         row = int(space.rows_of(np.array(ids))[0]) if len(ids) == 1 else -1
@@ -197,7 +198,7 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
         report.pairs.append(audit(row, other, group, label, int(samples), alpha / len(chosen)))
     if defense in ("pct2t", "rapt"):  # the claimed support: a word of the input's own category, never another
         for row, group in dict.fromkeys((row, group) for _, row, _, group in chosen):
-            report.pairs.append(audit_support(sampler(row, group), groups[group], n=int(samples), rng=rng,
+            report.pairs.append(audit_support(sampler(row, group), candidates[group], n=int(samples), rng=rng,
                                               label=f"support: {space.tokens[row]} stays a {group}"))
     report.seconds = time.perf_counter() - started
     return report
@@ -276,7 +277,7 @@ def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callab
 
     def words_of(row: int, group: str, grouping: str) -> Callable[[int, np.random.Generator], np.ndarray]:
         words = word_engine(ctx, grouping)
-        row_of = {token: r for r, token in enumerate(space.tokens)}
+        row_of = {word: r for r, word in enumerate(words.words)}
 
         def sample(n: int, rng: np.random.Generator) -> np.ndarray:
             released, _ = words.privatize_words([space.tokens[row]] * n, [group] * n, eta=plugin.eta, rng=rng)

@@ -93,14 +93,17 @@ def format_table(doc: dict[str, Any]) -> str:
     """Plain-text table of a calibration document."""
     lines = [f"word-replacement probability: defense {doc['defense']}, model {doc['model']}, "
              f"corpus {doc['corpus']} ({doc['corpus_sentences']} sentences), seed {doc['seed']}",
-             f"{'eta':>8}  {'replacement':>11}  {'95% CI':>17}  {'forced':>7}  {'units':>7}  RAPT Tab. III (BERT-base)"]
+             f"{'eta':>8}  {'replacement':>11}  {'95% CI':>17}  {'forced':>7}  {'held':>7}  {'units':>7}  "
+             "RAPT Tab. III (BERT-base)"]
     for row in doc["rows"]:
-        r, forced = row["replacement"], row.get("forced")
+        r, forced, held = row["replacement"], row.get("forced"), row.get("replacement_of_held_units")
         ref = row.get("rapt_table_iii_bert_base")
         lines.append(f"{row['eta']:>8}  {r['value']:>11.4f}  [{r['ci_low']:.4f}, {r['ci_high']:.4f}]  "
                      f"{'' if forced is None else format(forced['value'], '.4f'):>7}  "
+                     f"{'' if held is None else format(held['value'], '.4f'):>7}  "
                      f"{row['units']:>7}  {'' if ref is None else f'{ref:.2f}'}")
-    lines.append("forced: share of units no candidate equals (replaced at every finite η; a floor under the curve)")
+    lines.append("forced: share of units no candidate equals (replaced at every finite η; a floor under the curve); "
+                 "held: replacement of the other units (falls to 0 as η grows)")
     if "target" in doc:
         t = doc["target"]
         c = t["check_with_fresh_noise"]

@@ -17,6 +17,7 @@ and tied together by a random nonce, so a warm load is two plain reads without p
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import uuid
@@ -98,12 +99,30 @@ class EmbeddingSpace:
         Raises:
             ValueError: For an empty id list or ids outside the model vocabulary.
         """
-        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
-        if ids.size == 0:
-            raise ValueError("a word needs at least one token id")
-        if ids.min() < 0 or ids.max() >= self.all_vectors.shape[0]:
-            raise ValueError(f"token ids must lie in [0, {self.all_vectors.shape[0]}), got {ids.tolist()}")
-        return self.all_vectors[ids].mean(axis=0, dtype=np.float64).astype(np.float32)
+        return self.word_vectors([np.asarray(token_ids, dtype=np.int64).reshape(-1)])[0]
+
+    def word_vectors(self, ids_per_word: Sequence[Sequence[int] | np.ndarray]) -> np.ndarray:
+        """float32 ``(n, d)``: :meth:`word_vector` of each word's ids, summed in float64, 1,024 words at a time.
+
+        PCT2T's input words and its candidates held as pieces are both embedded here, so a candidate's
+        vector is exactly that of the same word in a text.
+
+        Raises:
+            ValueError: For a word without ids or ids outside the model vocabulary.
+        """
+        out = np.empty((len(ids_per_word), self.dim), dtype=np.float32)
+        for start in range(0, len(ids_per_word), 1024):
+            block = ids_per_word[start:start + 1024]
+            lengths = np.fromiter(map(len, block), dtype=np.int64, count=len(block))
+            if (lengths == 0).any():
+                raise ValueError("a word needs at least one token id")
+            ids = np.fromiter(itertools.chain.from_iterable(block), dtype=np.int64, count=int(lengths.sum()))
+            if ids.min() < 0 or ids.max() >= self.all_vectors.shape[0]:
+                raise ValueError(f"token ids must lie in [0, {self.all_vectors.shape[0]}), got range "
+                                 f"[{ids.min()}, {ids.max()}]")
+            sums = np.add.reduceat(self.all_vectors[ids].astype(np.float64), np.cumsum(lengths) - lengths, axis=0)
+            out[start:start + len(block)] = sums / lengths[:, None]
+        return out
 
 
 def _embedding_matrix(model: LoadedModel) -> np.ndarray:

@@ -81,17 +81,20 @@ RAPT_TABLE_III = {25.0: 0.94, 75.0: 0.85, 125.0: 0.45, 150.0: 0.14, 175.0: 0.05}
 
 @dataclass(frozen=True)
 class CalibrationRow:
-    """Measured replacement probability at one η, and the share of units no η could leave unchanged."""
+    """Measured replacement probability at one η, the share of units no η could leave unchanged (forced),
+    and the replacement probability of the others (``held``: it falls to 0 as η grows, as T2T's does)."""
 
     eta: float
     replacement: Estimate
     units: int
     forced: Estimate | None = None
+    held: Estimate | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON form."""
         return {"eta": "inf" if math.isinf(self.eta) else self.eta, "replacement": self.replacement.to_dict(),
                 "units": self.units, "forced": None if self.forced is None else self.forced.to_dict(),
+                "replacement_of_held_units": None if self.held is None else self.held.to_dict(),
                 "rapt_table_iii_bert_base": RAPT_TABLE_III.get(self.eta)}
 
 
@@ -100,8 +103,10 @@ def replacement_probability(counter: Counter, eta: float, *, seed: int) -> Calib
     count = counter(eta, np.random.default_rng(seed))
     if count.perturbed == 0:
         raise UsageError("the calibration corpus produced no privatizable units")
-    forced = None if math.isinf(eta) else wilson(count.forced, count.perturbed)
-    return CalibrationRow(eta, wilson(count.replaced, count.perturbed), count.perturbed, forced)
+    finite, held = not math.isinf(eta), count.perturbed - count.forced
+    return CalibrationRow(eta, wilson(count.replaced, count.perturbed), count.perturbed,
+                          wilson(count.forced, count.perturbed) if finite else None,
+                          wilson(count.replaced - count.forced, held) if finite and held else None)
 
 
 def check_target(target: float) -> float:

