@@ -35,8 +35,8 @@ class ReplacementCount:
         dropped: Units removed from the release (``unk_policy=drop``).
         passed: Units released as they were without going through the mechanism (PCT2T's words
             outside the selected categories): they are sent in the clear.
-        forced: Perturbed units that no candidate of their group equals (a word the vocabulary
-            holds only as sub-word pieces, or none of the candidates of its category): at every
+        forced: Perturbed units that no candidate of their group equals (a name, a misspelling, a
+            word no public list gives that category): at every
             finite η they are released as another word, so they set a floor under the replacement
             probability that no η removes. Counted at finite η only (η = ∞ releases every unit as it was).
         by_category: Category → ``{"perturbed", "replaced", "passed", "forced"}`` counts, where the
@@ -143,8 +143,8 @@ def find_eta(counter: Counter, target: float, *, seed: int, start: float = 100.0
             count = counter(1e7, np.random.default_rng(seed))
             floor = count.forced / count.perturbed if count.perturbed else math.nan
             raise UsageError(f"replacement={target} is not reachable: even eta=1e7 replaces more. {floor:.1%} of the "
-                             "calibration units have no candidate equal to them (words the vocabulary holds only as "
-                             "sub-word pieces) and are replaced at every eta; choose a target above that floor")
+                             "calibration units have no candidate equal to them (names, misspellings, words no public "
+                             "list gives their category) and are replaced at every eta; choose a target above that floor")
     for _ in range(iterations):
         mid = (lo + hi) / 2
         if rate(math.exp(mid)) > target:
