@@ -248,7 +248,10 @@ def package_code_digest() -> str:
     """
     core = Path(__file__).resolve().parent.parent  # rapt_audit/
     folders = [(str(core), True)]
-    for package in ("defenses", "attacks"):  # the built-in plugins: top-level packages beside rapt_audit
+    # The built-in plugins: defenses/ and attacks/ beside rapt_audit/ in the repository, installed as
+    # rapt_audit.defenses and rapt_audit.attacks. Looked up by those names: a top-level "defenses" is
+    # importable only from the repository's root, so a console script's digest once left them out.
+    for package in ("rapt_audit.defenses", "rapt_audit.attacks"):
         spec = importlib.util.find_spec(package)
         if spec is not None and spec.submodule_search_locations:
             folders.append((str(Path(list(spec.submodule_search_locations)[0]).resolve()), False))
