@@ -14,7 +14,7 @@ from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Record, Release
 from rapt_audit.defenses.pct2t import PCT2TDefense
 from rapt_audit.encoder.vocab import embedding_space
-from rapt_audit.mechanisms.engines import pos_groups, word_engine
+from rapt_audit.mechanisms.engines import pos_candidates, word_engine
 from rapt_audit.utility.customize import METHODS, PlainTokens, check_method
 
 
@@ -78,11 +78,11 @@ class RAPTDefense(PCT2TDefense):
         """The plain tokens (with their reconstruction-vocabulary indices) and each one's POS category."""
         if self._plain is None or len(self._plain.words) != self.plain_tokens:
             space = embedding_space(ctx)
-            groups = pos_groups(ctx)
+            candidates = pos_candidates(ctx)
             # Plain tokens and the head's vocabulary are vocabulary words (RAPT's |V_r|), not the words
-            # PCT2T's lexicon adds past the space's rows (held only as sub-word pieces).
+            # PCT2T's lexicon holds only as sub-word pieces.
             category_of_word = {space.tokens[row]: category for category in self.categories
-                                for row in groups[category].tolist() if row < len(space.tokens)}
+                                for row in candidates.space_rows(category).tolist()}
             if self.rec_vocab == "categories":
                 vocabulary = sorted(category_of_word)
             else:

