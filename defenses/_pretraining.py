@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -33,8 +33,26 @@ from rapt_audit.mechanisms.align import align
 from rapt_audit.utility.pretraining import AlignedText, pretrain_encoder, resolve_pretrain_settings
 from rapt_audit.utility.state_cache import cached_state, state_key
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rapt_audit.defenses._dchi_text import DchiTextDefense
+
+
+class PretrainedDefense(Protocol):
+    """What privacy-adaptive pretraining reads of its defense.
+
+    :class:`rapt_audit.defenses._dchi_text.DchiTextDefense` has these members; it is named by this
+    protocol because that module builds on this one, which therefore cannot import it back.
+    """
+
+    name: str
+    pretrain: str
+    pretrain_steps: int | None
+    pretrain_corpus: str | None
+
+    def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,
+                  ctx: RunContext) -> tuple[list[str], Any]:
+        """The privatized texts and the mechanism's replacement count."""
+
+    def effective_eta(self, ctx: RunContext) -> float:
+        """The η in force (calibrated from a replacement target where one is set)."""
 
 #: Parameters of a text defense that shape the service's training, not the mechanism (left out of the
 #: pretraining cache key and of the stored privatized texts' key: a cell that changes only these reuses
@@ -91,7 +109,7 @@ def _read_corpus(ctx: RunContext, path: str | None) -> tuple[str, str, list[str]
     return dataset.name, dataset.fingerprint, [r.text for r in dataset.records]
 
 
-def aligned_privatizations(defense: DchiTextDefense, texts: Sequence[str], *, copies: int, eta: float,
+def aligned_privatizations(defense: PretrainedDefense, texts: Sequence[str], *, copies: int, eta: float,
                            rng: np.random.Generator, ctx: RunContext) -> list[AlignedText]:
     """Each text privatized ``copies`` times with the defense's mechanism, aligned word by word with the original.
 
@@ -115,7 +133,7 @@ def aligned_privatizations(defense: DchiTextDefense, texts: Sequence[str], *, co
     return out
 
 
-def adapted_encoder(defense: DchiTextDefense, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
+def adapted_encoder(defense: PretrainedDefense, ctx: RunContext) -> tuple[Any, dict[str, Any]]:
     """The service's encoder after privacy-adaptive pretraining (from the cache when it was trained before).
 
     Returns:

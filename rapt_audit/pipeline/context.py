@@ -22,8 +22,8 @@ from rapt_audit.encoder.models import load_model, load_tokenizer
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
+    from rapt_audit.api.context import TextReleases
     from rapt_audit.encoder.models import LoadedModel
-    from rapt_audit.pipeline.text_store import TextReleaseStore
 
 T = TypeVar("T")
 
@@ -85,7 +85,7 @@ class RunContext:
     data_dir: str | None = None
     cold_queries: int = 0
     cache_analyses: bool = False
-    text_releases: TextReleaseStore | None = None
+    text_releases: TextReleases | None = None
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
     _tallies: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
 

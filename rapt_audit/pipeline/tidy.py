@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
 from rapt_audit.api.plugins import load as load_plugins
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.scoring.metrics import declared
 
-if TYPE_CHECKING:  # results.py imports this module; the type is only named here
+if TYPE_CHECKING:
     import pandas as pd
-
-    from rapt_audit.pipeline.results import RunResult
 
 #: The fixed columns of a tidy frame, in order; one ``param.<name>`` column per defense parameter follows.
 COLUMNS = ("signature", "dataset", "synthetic", "profile", "model", "defense", "setting_key", "params",
@@ -38,12 +36,33 @@ COLUMNS = ("signature", "dataset", "synthetic", "profile", "model", "defense", "
 PARAM_PREFIX = "param."
 
 
+class ResultView(Protocol):
+    """What a tidy row reads of a run's result.
+
+    :class:`rapt_audit.pipeline.results.RunResult` has these members; it is named by this protocol
+    because results.py builds its frames through this module, which therefore cannot import it back.
+    """
+
+    signature: str
+    cell_id: str
+    config: Mapping[str, Any]
+    dataset: Mapping[str, Any]
+    defense: Mapping[str, Any]
+    utility: Mapping[str, Estimate]
+    attacks: Mapping[str, Any]
+    env: Mapping[str, Any]
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether the run used the synthetic demo corpus."""
+
+
 def params_json(params: Mapping[str, Any]) -> str:
     """Defense parameters as canonical JSON (the ``params`` column)."""
     return json.dumps(dict(params), sort_keys=True, default=str)
 
 
-def setting_key(result: RunResult) -> str:
+def setting_key(result: ResultView) -> str:
     """The defense setting of ``result`` as a canonical string: its name and resolved parameters.
 
     Two results with equal keys (and equal signatures) are seeds of one setting: the report shows
@@ -53,7 +72,7 @@ def setting_key(result: RunResult) -> str:
                       sort_keys=True, default=str)
 
 
-def setting_columns(result: RunResult) -> dict[str, Any]:
+def setting_columns(result: ResultView) -> dict[str, Any]:
     """The cells that name a result's comparable group and defense setting: signature, dataset, profile,
     model, defense, setting_key, params (JSON) and one ``param.<name>`` cell per defense parameter."""
     params = dict(result.defense.get("params", {}))
@@ -87,7 +106,7 @@ def estimate_cells(est: Estimate | None) -> dict[str, Any]:
             "ci_method": est.method, "level": est.level}
 
 
-def tidy_records(result: RunResult, *, path: str | None = None) -> list[dict[str, Any]]:
+def tidy_records(result: ResultView, *, path: str | None = None) -> list[dict[str, Any]]:
     """The tidy rows of one result (dicts with :data:`COLUMNS` plus ``param.<name>`` keys).
 
     Args:

@@ -25,7 +25,7 @@ with early stopping when it is handed that validation split. The test split is n
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -33,7 +33,7 @@ import numpy as np
 from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
 from rapt_audit.api.registry import closest
 from rapt_audit.utility.on_device import FirstNonFinite, ServiceInput, autocast, check_precision, tokenize
-from rapt_audit.utility.task_model import build_task_model, run_batch
+from rapt_audit.utility.task_model import TrainSettings, build_task_model, run_batch
 from rapt_audit.utility.training import DeviceSum, Diverged, EarlyStopping, Epochs, fit, length_batches
 
 #: The customization methods, in the order the paper reports them.
@@ -61,8 +61,6 @@ PROFILE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
               "virtual_tokens": {"prompt": 8, "prefix": 4}, "patience": 1},
 }
 
-LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05  # RAPT's LoRA setting (rank 16, alpha 32, dropout 0.05)
-
 #: Steps between reads of the device's "a loss was not finite" flag (also read at each epoch's end).
 DIVERGENCE_CHECK_STEPS = 50
 #: Prediction batch: this many texts, or 2× the training batch when larger (no gradients, less memory).
@@ -77,34 +75,6 @@ def check_method(name: str) -> str:
     suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
     raise UnknownNameError(f"unknown customization method {name!r}{suggestion}; choose one of: "
                            f"{', '.join(METHODS)} (or 'bow' for the quick bag-of-words probe of T2T/PCT2T)")
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Resolved training settings of one customization run (recorded in the result).
-
-    ``epochs`` is the maximum under early stopping (the exact count without a validation split);
-    ``patience`` is how many epochs without a better validation accuracy stop training.
-    ``precision`` is ``fp32`` or ``bf16`` (mixed precision, :func:`rapt_audit.utility.on_device.autocast`).
-    """
-
-    method: str
-    epochs: int
-    lr: float
-    batch_size: int
-    max_length: int
-    virtual_tokens: int
-    patience: int = 1
-    lora_r: int = LORA_R
-    lora_alpha: int = LORA_ALPHA
-    lora_dropout: float = LORA_DROPOUT
-    rec_hidden: int = 96
-    rec_weight: float = 1.0
-    precision: str = "fp32"  # a run passes its own (ctx.precision: bf16 where the hardware has it)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return asdict(self)
 
 
 def resolve_settings(method: str, profile: str, overrides: Mapping[str, Any] | None = None) -> TrainSettings:
@@ -329,5 +299,5 @@ def train_classifier(loaded: Any, texts: ServiceInput, labels: np.ndarray, setti
     return trained
 
 
-__all__ = ["DIVERGENCE_CHECK_STEPS", "EVAL_BATCH_MIN", "METHODS", "PROFILE_DEFAULTS", "PlainTokens", "TrainSettings", "TrainedClassifier", "build_task_model",
+__all__ = ["DIVERGENCE_CHECK_STEPS", "EVAL_BATCH_MIN", "METHODS", "PROFILE_DEFAULTS", "PlainTokens", "TrainedClassifier",
            "check_method", "check_positions", "resolve_settings", "train_classifier"]

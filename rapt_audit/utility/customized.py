@@ -20,11 +20,11 @@ from rapt_audit.api.files import stable_hash
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.classification import classification_utility
 from rapt_audit.utility import customize, on_device, selection, task_model, token_vectors, training
-from rapt_audit.utility.customize import (PlainTokens, TrainedClassifier, TrainSettings, build_task_model,
-                                          resolve_settings)
+from rapt_audit.utility.customize import PlainTokens, TrainedClassifier, resolve_settings
 from rapt_audit.utility.on_device import ServiceInput
 from rapt_audit.utility.selection import resolve_grid, select_and_train
 from rapt_audit.utility.state_cache import cached_state, code_digest
+from rapt_audit.utility.task_model import TrainSettings, build_task_model
 from rapt_audit.utility.token_vectors import TokenVectors
 
 

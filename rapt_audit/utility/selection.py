@@ -50,9 +50,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
-from rapt_audit.utility.customize import (PROFILE_DEFAULTS, PlainTokens, TrainedClassifier, TrainSettings,
-                                          train_classifier)
+from rapt_audit.utility.customize import PROFILE_DEFAULTS, PlainTokens, TrainedClassifier, train_classifier
 from rapt_audit.utility.on_device import ServiceInput, tokenize
+from rapt_audit.utility.task_model import TrainSettings
 from rapt_audit.utility.training import Diverged
 
 #: Share of the training texts held out for validation, and its floor (a 20-example validation split

@@ -15,10 +15,38 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover - customize imports this module
-    from rapt_audit.utility.customize import TrainSettings
+LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05  # RAPT's LoRA setting (rank 16, alpha 32, dropout 0.05)
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Resolved training settings of one customization run (recorded in the result).
+
+    ``epochs`` is the maximum under early stopping (the exact count without a validation split);
+    ``patience`` is how many epochs without a better validation accuracy stop training.
+    ``precision`` is ``fp32`` or ``bf16`` (mixed precision, :func:`rapt_audit.utility.on_device.autocast`).
+    """
+
+    method: str
+    epochs: int
+    lr: float
+    batch_size: int
+    max_length: int
+    virtual_tokens: int
+    patience: int = 1
+    lora_r: int = LORA_R
+    lora_alpha: int = LORA_ALPHA
+    lora_dropout: float = LORA_DROPOUT
+    rec_hidden: int = 96
+    rec_weight: float = 1.0
+    precision: str = "fp32"  # a run passes its own (ctx.precision: bf16 where the hardware has it)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return asdict(self)
 
 
 def _task_model_class():  # noqa: ANN202 - defined lazily so that importing this module loads no torch

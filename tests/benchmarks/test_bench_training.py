@@ -28,7 +28,8 @@ BATCH = 16
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     from rapt_audit.data import load_dataset
-    from rapt_audit.utility.customize import build_task_model, resolve_settings
+    from rapt_audit.utility.customize import resolve_settings
+    from rapt_audit.utility.task_model import build_task_model
     from rapt_audit.utility.on_device import tokenize
 
     ctx = RunContext(seed=0, profile="cpu", device="cpu", cache_dir=tmp_path_factory.mktemp("bench-train"))
