@@ -19,6 +19,7 @@ from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.types import Record
 from rapt_audit.encoder.models import load_model
 from rapt_audit.utility.customize import METHODS, PROFILE_DEFAULTS, resolve_settings
+from rapt_audit.utility.decision import biased_probabilities
 from rapt_audit.utility.selection import (
     LR_GRIDS,
     Candidate,
@@ -142,6 +143,16 @@ def test_early_stopping_records_the_curve_keeps_the_best_epoch_and_reproduces(mi
     assert record["chosen"]["epoch"] == best["epoch"] == first.best_epoch
     assert record["pinned"] and record["lr_grid"] == [1e-2]
     assert np.array_equal(first.predict_proba(TEXTS[:4]), second.predict_proba(TEXTS[:4]))
+
+
+def test_the_service_predicts_under_the_rule_it_records(minilm):
+    trained, record = select_and_train(minilm, TEXTS, LABELS, _settings(), grid=(1e-2,), pinned=True, n_labels=2,
+                                       seed=0, split_rng=np.random.default_rng(0))
+    assert np.array_equal(trained.class_bias, np.asarray(record["decision"]["bias"]))
+    plain = trained.predict_proba(TEXTS[:4])
+    trained.class_bias = None
+    raw = trained.predict_proba(TEXTS[:4])
+    assert np.allclose(plain, biased_probabilities(raw, np.asarray(record["decision"]["bias"])), atol=1e-6)
 
 
 # --- the test split never reaches the choice ---------------------------------------------------------------

@@ -23,7 +23,7 @@ from rapt_audit.api.errors import ResultError
 from rapt_audit.api.types import Outcome, Skip
 from rapt_audit.benchmark.plan import not_applicable_reason
 from rapt_audit.benchmark.run import read_index
-from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result
+from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result, why_unreadable
 from rapt_audit.reporting.collect import Collection, Loaded, Problem
 
 
@@ -54,6 +54,9 @@ def _read_cells(out: Path, index: dict[str, Any], coll: Collection) -> tuple[dic
     for cell in index["cells"]:
         path = out / cell["name"] / RESULT_FILE
         if not path.is_file():
+            if path.is_symlink() or path.exists():  # a loop of links, a link to nothing, a folder: not just pending
+                coll.problems.append(Problem(path, "corrupt", f"{path} is not a readable result file "
+                                             f"({why_unreadable(path)}); remove it and run the benchmark again"))
             pending.append(cell)
             continue
         try:
@@ -83,7 +86,8 @@ def _dataset_signatures(index: dict[str, Any], found: dict[str, RunResult]) -> d
 def protocol_label(index: dict[str, Any], found: dict[str, RunResult]) -> str:
     """The utility protocol as the reference's service ran it, readably: ``prompt/vt20/e2/lr0.01/v10%``
     (method, virtual tokens or LoRA rank, maximum epochs, the learning-rate grid, the share of the
-    privatized training data held out to choose the epoch and rate); the file's ``[service]`` keys when
+    privatized training data held out to choose the epoch and rate, then ``/bias`` where the decision rule
+    was set on that validation split too, :mod:`rapt_audit.utility.decision`); the file's ``[service]`` keys when
     no ``identity`` task cell has finished (or it used the probe, which trains nothing to describe)."""
     for cell in index["cells"]:
         result = found.get(cell["name"])
@@ -97,7 +101,9 @@ def protocol_label(index: dict[str, Any], found: dict[str, RunResult]) -> str:
             f"r{settings.get('lora_r')}" if settings.get("method") == "lora" else "")
         grid = "+".join(f"{lr:g}" for lr in selection.get("lr_grid") or [settings.get("lr")])
         held = f"v{100 * float(selection.get('validation_fraction', 0)):g}%"
-        return "/".join(p for p in (settings.get("method"), size, f"e{settings.get('epochs')}", f"lr{grid}", held) if p)
+        rule = "bias" if selection.get("decision") else ""
+        return "/".join(p for p in (settings.get("method"), size, f"e{settings.get('epochs')}", f"lr{grid}", held, rule)
+                        if p)
     return str(index.get("service_text", "default"))
 
 

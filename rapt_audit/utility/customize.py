@@ -32,6 +32,7 @@ import numpy as np
 
 from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
 from rapt_audit.api.registry import closest
+from rapt_audit.utility.decision import biased_probabilities
 from rapt_audit.utility.on_device import FirstNonFinite, ServiceInput, autocast, check_precision, tokenize
 from rapt_audit.utility.task_model import TrainSettings, build_task_model, run_batch
 from rapt_audit.utility.training import DeviceSum, Diverged, EarlyStopping, Epochs, fit, length_batches
@@ -139,6 +140,8 @@ class TrainedClassifier:
 
     ``history`` has one entry per epoch run: the mean training losses and, with a validation split,
     ``valid_accuracy`` and ``valid_loss``. ``best_epoch`` is the epoch whose state the model holds.
+    ``class_bias`` is the decision rule set on the validation split (:mod:`rapt_audit.utility.decision`),
+    added to the logits of every prediction; None predicts from the logits as they are.
     """
 
     model: Any
@@ -148,6 +151,7 @@ class TrainedClassifier:
     device: str
     history: list[dict[str, float]] = field(default_factory=list)
     best_epoch: int = 0
+    class_bias: np.ndarray | None = None
 
     def predict_proba(self, texts: ServiceInput) -> np.ndarray:
         """Class probabilities for privatized ``texts`` (eval mode, no reconstruction head needed).
@@ -171,7 +175,10 @@ class TrainedClassifier:
                 batch = tokens.batch(order[start:start + size])
                 logits, _ = run_batch(self.model, batch)
                 out[batch["rows"]] = torch.softmax(logits.float(), -1)
-        return out.cpu().numpy()
+        probabilities = out.cpu().numpy()
+        if self.class_bias is None:
+            return probabilities
+        return biased_probabilities(probabilities, self.class_bias).astype(np.float32)
 
 
 def train_classifier(loaded: Any, texts: ServiceInput, labels: np.ndarray, settings: TrainSettings,

@@ -19,7 +19,7 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.files import stable_hash
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.classification import classification_utility
-from rapt_audit.utility import customize, on_device, selection, task_model, token_vectors, training
+from rapt_audit.utility import customize, decision, on_device, selection, task_model, token_vectors, training
 from rapt_audit.utility.customize import PlainTokens, TrainedClassifier, resolve_settings
 from rapt_audit.utility.on_device import ServiceInput
 from rapt_audit.utility.selection import resolve_grid, select_and_train
@@ -29,8 +29,8 @@ from rapt_audit.utility.token_vectors import TokenVectors
 
 
 #: The code that customizes the service: its stored weights are reused only by this code.
-CODE_VERSION = code_digest(__file__, customize.__file__, on_device.__file__, selection.__file__, task_model.__file__,
-                           token_vectors.__file__, training.__file__)
+CODE_VERSION = code_digest(__file__, customize.__file__, decision.__file__, on_device.__file__, selection.__file__,
+                           task_model.__file__, token_vectors.__file__, training.__file__)
 
 
 def inputs_digest(inputs: Sequence[str] | TokenVectors) -> str:
@@ -120,7 +120,8 @@ def customize_service(train_texts: Sequence[str] | TokenVectors, y_train: np.nda
     ctx.tally("services", "hit" if cached else "miss")
     trained = fresh[0] if fresh else TrainedClassifier(
         model, loaded.tokenizer, TrainSettings(**record["settings"]), len(plain.words) if plain else 0,
-        loaded.device, record["history"], record["best_epoch"])
+        loaded.device, record["history"], record["best_epoch"],
+        np.asarray(record["selection"]["decision"]["bias"]))
     return trained, record
 
 

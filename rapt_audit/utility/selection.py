@@ -51,6 +51,7 @@ import numpy as np
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.utility.customize import PROFILE_DEFAULTS, PlainTokens, TrainedClassifier, train_classifier
+from rapt_audit.utility.decision import decision_record, fit_class_bias
 from rapt_audit.utility.on_device import ServiceInput, tokenize
 from rapt_audit.utility.task_model import TrainSettings
 from rapt_audit.utility.training import Diverged
@@ -234,13 +235,17 @@ def select_and_train(loaded: Any, texts: ServiceInput, labels: np.ndarray, setti
             del trained
     chosen = choose(candidates)
     assert best is not None and best.settings.lr == chosen.lr
+    # The decision rule is set on the same validation split, after the model is final (see decision.py).
+    valid_probabilities = best.predict_proba(validation[0])
+    best.class_bias = fit_class_bias(valid_probabilities, validation[1])
     record = {"criterion": "validation accuracy (ties: lower validation loss, then grid order)",
               "validation_examples": len(valid_idx), "trained_on_examples": len(train_idx),
               "validation_fraction": VALID_FRACTION, "validation_minimum": VALID_MIN, "stratified": True,
               "max_epochs": settings.epochs, "patience": settings.patience, "lr_grid": list(grid), "pinned": pinned,
               "candidates": [c.to_dict() for c in candidates],
               "chosen": {"lr": chosen.lr, "epoch": chosen.best_epoch, "valid_accuracy": chosen.best["valid_accuracy"],
-                         "valid_loss": chosen.best["valid_loss"]}}
+                         "valid_loss": chosen.best["valid_loss"]},
+              "decision": decision_record(valid_probabilities, validation[1], best.class_bias)}
     return best, record
 
 
