@@ -140,7 +140,7 @@ def test_cli_prints_markdown_and_json(tmp_path, capsys):
         for d in ("t2t", "pct2t") for e in (25, 75)})
     assert main(["claims", str(root)]) == 0
     text = capsys.readouterr().out
-    assert "| PCT2T > T2T in utility | **supported** |" in text and "η=25: pct2t − t2t" in text
+    assert "| PCT2T > T2T in utility | **supported** |" in text and "η=25\\: pct2t − t2t" in text  # a ':' escaped
     assert main(["claims", str(root), "--format", "json"]) == 0
     verdicts = json.loads(capsys.readouterr().out)
     assert [v["status"] for v in verdicts][:3] == ["supported", "supported", "supported"]

@@ -7,7 +7,9 @@ attack's threat model as data), :mod:`~rapt_audit.api.errors`, :mod:`~rapt_audit
 (registries with did-you-mean errors and the selection grammar), :mod:`~rapt_audit.api.plugins` (the
 defense and attack registries, entry-point discovery that leaves a broken plugin out with a warning,
 listing without importing), :mod:`~rapt_audit.api.params` (typed plugin parameters),
-:mod:`~rapt_audit.api.files` (the one atomic file writer) and :mod:`~rapt_audit.api.version`.
+:mod:`~rapt_audit.api.parsing` (text turned into values: floats with infinity spelled, seeds, TOML/JSON files),
+:mod:`~rapt_audit.api.files` (the one atomic file writer), :mod:`~rapt_audit.api.outputs` (the
+output rule: what every command that writes checks first) and :mod:`~rapt_audit.api.version`.
 
 May import: the standard library only. Importing this package must stay instant: ``rapt-audit --help``
 and ``ls`` go through it.

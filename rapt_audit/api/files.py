@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from rapt_audit.api.errors import ResultError
+from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.outputs import file_target
 
 #: errno values that mean the disk (or the user's quota) is full.
 _NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
@@ -48,6 +49,20 @@ class DiskFullError(ResultError, OSError):
         return self.message
 
 
+class UnwritableError(ResultError, OSError):
+    """A write failed for another reason than a full disk (no permission, a read-only disk, a path
+    through a file); the file written to is unchanged. An :class:`OSError` too (``errno`` kept)."""
+
+    def __init__(self, path: Path, error: OSError, *, existed: bool) -> None:
+        super().__init__(error.errno, error.strerror or str(error), str(path))
+        before = f"the previous {path.name} is intact" if existed else f"no {path.name} was written"
+        self.message = (f"cannot write {path}: {error.strerror or error}; {before}; choose another path or fix "
+                        "its folder")
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def _temp_prefix(name: str) -> str:
     return f".{name}."
 
@@ -64,10 +79,23 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
         path: The file to (re)place.
         write: Writes the whole content to the open binary handle it is given.
 
+    The output rule (:mod:`rapt_audit.api.outputs`) holds here too: a symbolic link is kept and its
+    target replaced; an existing FIFO is written into (there is nothing to rename over); a folder,
+    device, socket or loop of links is never renamed over.
+
     Raises:
         DiskFullError: when the disk or quota is full (``path`` unchanged; the message says so).
+        UnwritableError: when ``path`` or its folder cannot be written (permissions, a read-only disk).
+        UsageError: when ``path`` is a folder, a device, a socket or a loop of links (left as it is).
     """
-    path = Path(path)
+    path, stream = file_target(path, name="output")
+    if stream:  # a FIFO: its reader gets the content as it is written
+        try:
+            with open(path, "wb") as handle:
+                write(handle)
+        except OSError as exc:
+            raise UnwritableError(path, exc, existed=True) from None
+        return
     existed = path.exists()
     tmp: str | None = None
     try:
@@ -85,9 +113,11 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
         tmp = None
         _fsync_dir(path.parent)
     except OSError as exc:
-        if exc.errno in _NO_SPACE and not isinstance(exc, DiskFullError):
+        if isinstance(exc, (DiskFullError, UnwritableError)):
+            raise
+        if exc.errno in _NO_SPACE:
             raise DiskFullError(path, exc.errno, existed=existed) from exc
-        raise
+        raise UnwritableError(path, exc, existed=existed) from exc
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
@@ -181,10 +211,11 @@ def write_cache_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]]
     try:
         write_atomic(path, write)
         return True
-    except OSError as exc:
+    except (OSError, UsageError) as exc:  # UsageError: the output rule refused the path (below a file, a device)
         if not _warned_unwritable:
             _warned_unwritable = True
-            warnings.warn(f"the cache folder {Path(path).parent} cannot be written ({exc.strerror or exc}); "
+            reason = getattr(exc, "strerror", None) or exc
+            warnings.warn(f"the cache folder {Path(path).parent} cannot be written ({reason}); "
                           "working from memory, so the next start will be slower. Set RAPT_AUDIT_CACHE to a "
                           "writable folder to keep the cache", stacklevel=2)
         return False

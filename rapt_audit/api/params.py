@@ -28,6 +28,7 @@ import typing
 from typing import Annotated, Any, Callable, Mapping
 
 from rapt_audit.api.errors import UnknownNameError, UsageError
+from rapt_audit.api.parsing import parse_float, to_float
 from rapt_audit.api.registry import Registry, unknown_name_message
 
 _TRUE = {"true", "yes", "on", "1"}
@@ -66,8 +67,8 @@ def _describe_type(tp: Any) -> str:
 def coerce(value: Any, tp: Any, *, key: str) -> Any:
     """Convert ``value`` (often a string from the command line) to the annotated type ``tp``.
 
-    Supports ``int``, ``float`` (``inf`` allowed), ``bool``, ``str``, ``X | None``, ``Literal[...]``
-    and ``tuple[X, ...]`` (from a comma-separated string or a list).
+    Supports ``int``, ``float`` (infinity only when spelled so: :func:`~rapt_audit.api.parsing.parse_float`),
+    ``bool``, ``str``, ``X | None``, ``Literal[...]`` and ``tuple[X, ...]`` (from a comma-separated string or a list).
 
     Raises:
         UsageError: naming ``key``, the value and the expected type.
@@ -121,15 +122,9 @@ def coerce(value: Any, tp: Any, *, key: str) -> Any:
         if isinstance(value, bool):
             raise UsageError(f"{key}={value!r} is not a number")
         if isinstance(value, (int, float)):
-            return float(value)
+            return to_float(value, key=key)
         if isinstance(value, str):
-            text = value.strip().lower()
-            if text in {"inf", "+inf", "infinity", "∞"}:
-                return math.inf
-            try:
-                return float(text)
-            except ValueError:
-                pass
+            return parse_float(value, key=key)
         raise UsageError(f"{key}={value!r} is not a number (use digits, or inf)")
     if tp is str:
         if isinstance(value, str):
@@ -256,7 +251,7 @@ def check_params(obj: Any) -> None:
         if declared.choices and value not in declared.choices:
             raise UsageError(f"{key}={value!r} is not one of: {', '.join(map(str, declared.choices))}")
         if declared.real and isinstance(value, numbers.Real) and not isinstance(value, (bool, float)):
-            value = float(value)  # as make_plugin's coerce would: lr=1 is stored (and hashed into seeds) as 1.0
+            value = to_float(value, key=key)  # as coerce would: lr=1 is stored (and hashed into seeds) as 1.0
         for constraint in declared.constraints:
             value = constraint(key, value)
         object.__setattr__(obj, name, value)

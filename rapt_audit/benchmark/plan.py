@@ -28,9 +28,10 @@ from rapt_audit.api.errors import ResultError
 from rapt_audit.api.plugins import ATTACKS, DEFENSES
 from rapt_audit.benchmark.spec import Benchmark
 from rapt_audit.pipeline.cell_driver import duration
+from rapt_audit.pipeline.cell_limit import count_cells as count_product
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.contracts import unreadable_release
-from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result
+from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result, why_unreadable
 from rapt_audit.pipeline.sweep import Cell, cell_name
 
 #: The attack a task-only cell runs: a run needs one, and the attacker's prior costs nothing.
@@ -85,13 +86,11 @@ def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
     of its own runs :data:`PLACEHOLDER_ATTACK` (a run needs one attack).
     """
     cells = []
+    datasets = {defense.name: datasets_of(bench, defense.name) for defense in bench.defenses}
     for seed in bench.seeds:
         for defense in bench.defenses:
             for point in defense.points():
-                for dataset in bench.all_datasets:
-                    if dataset not in bench.tasks and all(not_applicable_reason(defense.name, a)
-                                                          for a in bench.attacks_for(dataset)):
-                        continue  # a run of it would only skip every attack (SnD on CoNLL: minutes for nothing)
+                for dataset in datasets[defense.name]:
                     attacks = bench.attacks_for(dataset) or (PLACEHOLDER_ATTACK,)
                     cli: dict[str, Any] = {"defense": defense.name, "dataset": dataset, "profile": bench.profile,
                                            "model": bench.model, "seed": seed, "attacks": ",".join(attacks)}
@@ -106,6 +105,24 @@ def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
     return cells
 
 
+def datasets_of(bench: Benchmark, defense: str) -> list[str]:
+    """The datasets a cell of ``defense`` runs on: every task, and each other dataset where some selected attack
+    can read the defense's release (else a run of it would only skip every attack: SnD on CoNLL, minutes for
+    nothing)."""
+    return [d for d in bench.all_datasets
+            if d in bench.tasks or not all(not_applicable_reason(defense, a) for a in bench.attacks_for(d))]
+
+
+def count_cells(bench: Benchmark) -> tuple[int, str]:
+    """How many cells :func:`plan_cells` makes, from the lengths of the axes alone (no grid point is built), and
+    the product it comes from (``1 seed(s) × (t2t 100 × 100 × 100 point(s) × 1 dataset(s))``)."""
+    per_defense = [(count_product(len(v) for _, v in d.grid), len(datasets_of(bench, d.name))) for d in bench.defenses]
+    total = len(bench.seeds) * sum(points * datasets for points, datasets in per_defense)
+    terms = " + ".join(f"{d.name} {' × '.join(str(len(v)) for _, v in d.grid) or '1'} point(s) × {n} dataset(s)"
+                       for d, (_, n) in zip(bench.defenses, per_defense))
+    return total, f"{len(bench.seeds)} seed(s) × ({terms})"
+
+
 def not_applicable_reason(defense: str, attack: str) -> str | None:
     """Why ``attack`` cannot read what ``defense`` declares it releases (the runner's skip reason), or ``None``
     when it can (or when either is not installed here: then the run itself decides)."""
@@ -115,9 +132,16 @@ def not_applicable_reason(defense: str, attack: str) -> str | None:
 
 
 def finished(cell: BenchCell) -> RunResult | None:
-    """The cell's result when its folder holds this exact run (a broken or other run counts as not finished)."""
+    """The cell's result when its folder holds this exact run (a broken or other run counts as not finished).
+
+    Raises:
+        ResultError: for a ``result.json`` that is a loop of links, a link to nothing or not a file, naming it
+            (the run would refuse the folder: a dry run says so rather than list the cell as pending).
+    """
     path = Path(str(cell.cell.config.out)) / RESULT_FILE
     if not path.is_file():
+        if path.is_symlink() or path.exists():
+            raise ResultError(f"{path} is not a readable result file ({why_unreadable(path)}); remove it")
         return None
     try:
         result = read_result(path)
@@ -196,5 +220,5 @@ def dry_run_text(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, job
     return "\n".join(lines)
 
 
-__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "dry_run_text", "estimate_costs",
-           "finished", "not_applicable_reason", "plan_cells", "profile_costs"]
+__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "count_cells", "datasets_of", "dry_run_text",
+           "estimate_costs", "finished", "not_applicable_reason", "plan_cells", "profile_costs"]

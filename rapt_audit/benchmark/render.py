@@ -16,11 +16,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit.api.files import write_text_atomic
+from rapt_audit.api.outputs import check_outputs
 from rapt_audit.benchmark.ceiling import no_privacy_checks
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
+from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
+from rapt_audit.pipeline.results import RESULT_FILE
+from rapt_audit.pipeline.sweep import SWEEP_INDEX
 from rapt_audit.reporting.claims import evaluate, format_markdown
-from rapt_audit.reporting.leaderboard import markdown_text, render_leaderboard
+from rapt_audit.reporting.leaderboard import render_leaderboard
+from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.report import write_report
 from rapt_audit.reporting.summary import fmt_estimate, group_results
 
@@ -186,12 +191,18 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
 
     Raises:
         ResultError: when the folder holds no benchmark index or no finished cell of a task.
+        UsageError: when an output is one of the files read, or two outputs are one file
+            (:func:`rapt_audit.api.outputs.check_outputs`): nothing is written.
     """
     folder = Path(folder)
     joined = join(folder)
     index = joined.index
     out = Path(out) if out is not None else folder / "index.html"
     leaderboard = Path(leaderboard) if leaderboard is not None else folder / "leaderboard.md"
+    # The output rule, before any rendering: no output is the index, a cell's result or another output.
+    read = [("the index", folder / INDEX_FILE), ("the copy", folder / COPY_FILE), ("the sweep index",
+             folder / SWEEP_INDEX)] + [("a cell's result", folder / c["name"] / RESULT_FILE) for c in index["cells"]]
+    check_outputs([("--out", out), ("--leaderboard", leaderboard), ("the claims", folder / "claims.md")], read)
     title = title or f"rapt-audit benchmark {index['name']}"
     joined.collection.require_results(f"the report of benchmark {index['name']} (no task cell has finished)")
     tables = [matched(group) for group in group_results(joined.collection.results)]
@@ -201,7 +212,8 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     write_text_atomic(leaderboard, render_leaderboard(joined.collection, report=link, title=title,
                                                       preamble=matched_markdown(index, joined, tables)))
     claims = format_markdown(evaluate(group_results(joined.collection.results)))
-    write_text_atomic(folder / "claims.md", f"# The seed papers' claims on benchmark {index['name']}\n\n{claims}")
+    write_text_atomic(folder / "claims.md", f"# The seed papers' claims on benchmark {markdown_text(index['name'])}\n\n"
+                      f"{claims}")
     return out, leaderboard, joined
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic, write_text_atomic
 from rapt_audit.api.locks import hold_out_dir
+from rapt_audit.api.outputs import check_out_folder, folder_exists
 from rapt_audit.benchmark.plan import BenchCell
 from rapt_audit.benchmark.spec import Benchmark, set_text, shipped_dir
 from rapt_audit.pipeline.results import RunResult
@@ -81,7 +82,50 @@ def read_index(out: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("schema") != INDEX_SCHEMA or not isinstance(doc.get("cells"), list):
         raise ResultError(f"{path} is not a benchmark index of schema {INDEX_SCHEMA!r}; run the benchmark again "
                           "with this rapt-audit to rewrite it")
+    problem = _index_problem(doc)
+    if problem:
+        raise ResultError(f"{path} is malformed ({problem}); it was not written by rapt-audit benchmark run or was "
+                          "edited: run the benchmark again into a new folder to rewrite it")
     return doc
+
+
+#: The index's fields the report reads, with their types (a cell's: :data:`_CELL_FIELDS`).
+_INDEX_FIELDS = {"name": str, "file": str, "profile": str, "model": str, "seeds": list, "tasks": list,
+                 "datasets": dict, "family_attacks": dict}
+_CELL_FIELDS = {"name": str, "defense": str, "setting": dict, "seed": int, "dataset": str, "cell_id": str,
+                "attacks": list}
+
+
+def _index_problem(doc: dict[str, Any]) -> str | None:
+    """What is wrong with a parsed index's shape (a missing or mistyped field, a cell name that is a path)."""
+    for key, kind in _INDEX_FIELDS.items():
+        if not isinstance(doc.get(key), kind):
+            return f"{key!r} is missing or not a {kind.__name__}"
+    for key in ("not_run", "defenses"):
+        if not isinstance(doc.get(key, {}), dict):
+            return f"{key!r} is not a dict"
+    for i, cell in enumerate(doc["cells"]):
+        if not isinstance(cell, dict):
+            return f"cell {i} is not an object"
+        for key, kind in _CELL_FIELDS.items():
+            if not isinstance(cell.get(key), kind) or (kind is int and isinstance(cell.get(key), bool)):
+                return f"cell {i}: {key!r} is missing or not a {kind.__name__}"
+        name = cell["name"]
+        if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+            return f"cell {i}: name {name!r} is not a folder name"
+    return None
+
+
+#: What makes a folder a benchmark's output (``run_sweep``'s ``own_index``): the index, by its schema.
+OWN_INDEX = (INDEX_FILE, INDEX_SCHEMA, "benchmark")
+
+
+def check_benchmark_dir(out: str | Path) -> None:
+    """The output rule for ``benchmark run --out``: a new or empty folder, or one holding our own
+    ``benchmark.json`` (its schema checked), else refused naming what is there: the run rewrites
+    ``index.html``, ``leaderboard.md``, ``claims.md``, ``sweep.json`` and ``figures/`` in it."""
+    if check_out_folder(out, name="--out", index=INDEX_FILE, schema=INDEX_SCHEMA, what="benchmark"):
+        folder_exists(Path(out) / "figures", name="the figures folder")  # the report's, after every cell
 
 
 def axes_of(cells: Sequence[BenchCell]) -> list[Axis]:
@@ -101,10 +145,13 @@ def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, lo
     still match a cell exactly are reused.
 
     Raises:
+        UsageError: when ``out`` is not new or empty and holds no benchmark index of ours
+            (:func:`check_benchmark_dir`): nothing is written.
         CellsFailed, BudgetSpent, KeyboardInterrupt: as :func:`rapt_audit.pipeline.sweep.run_sweep`
             (finished cells are kept and a rerun goes on).
     """
     say = log or (lambda _msg: None)
+    check_benchmark_dir(out)
     with hold_out_dir(out):
         previous = None
         try:
@@ -117,8 +164,8 @@ def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, lo
         write_text_atomic(out / COPY_FILE, bench.text)
         write_json_atomic(out / INDEX_FILE, index_document(bench, cells))
         return run_sweep([c.cell for c in cells], out=out, axes=axes_of(cells), log=log, progress=progress,
-                         executor=executor, time_budget=time_budget)
+                         executor=executor, time_budget=time_budget, own_index=OWN_INDEX)
 
 
-__all__ = ["COPY_FILE", "INDEX_FILE", "INDEX_SCHEMA", "axes_of", "default_out", "file_label", "index_document",
-           "read_index", "run_benchmark"]
+__all__ = ["COPY_FILE", "INDEX_FILE", "INDEX_SCHEMA", "OWN_INDEX", "axes_of", "check_benchmark_dir", "default_out",
+           "file_label", "index_document", "read_index", "run_benchmark"]

@@ -37,18 +37,21 @@ import hashlib
 import itertools
 import math
 import re
-import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser from PyPI
-    import tomli as tomllib
-
 from rapt_audit.api.errors import UnknownNameError, UsageError
+from rapt_audit.api.parsing import (
+    MAX_SEED,
+    FloatRangeError,
+    TextDecodeError,
+    TOMLDecodeError,
+    decode_text,
+    loads_toml,
+    repeated,
+)
 from rapt_audit.api.registry import unknown_name_message
 from rapt_audit.benchmark.locate import find_line
 from rapt_audit.pipeline.config import SPLIT_KEYS
@@ -68,6 +71,8 @@ FAMILIES: Mapping[str, str] = {
 TOP_KEYS = ("name", "description", "profile", "model", "seeds", "attacks", "service", "datasets", "splits",
             "defenses")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: The longest benchmark name.
+MAX_NAME = 100
 
 
 class BenchmarkError(UsageError):
@@ -224,16 +229,25 @@ def resolve(source: str | Path) -> Path:
 def read_toml(path: Path) -> tuple[str, dict[str, Any]]:
     """The file's text and its parsed table.
 
+    A byte-order mark at the start is dropped (editors on Windows write one).
+
     Raises:
-        BenchmarkError: for a file that is not UTF-8 or not TOML, at the line the parser names.
+        BenchmarkError: for a file that is not UTF-8 (at the line and column of the first bad byte), not
+            TOML (at the line the parser names), or that writes a float too large for one (``1e309``).
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise BenchmarkError(path, 1, f"not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BenchmarkError(path, 1, f"cannot be read: {exc.strerror or exc}") from None
     try:
-        return text, tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        text = decode_text(data, source=str(path))
+    except TextDecodeError as exc:
+        raise BenchmarkError(path, exc.line, f"column {exc.column}: {exc.detail}") from None
+    try:
+        return text, loads_toml(text)
+    except FloatRangeError as exc:
+        raise BenchmarkError(path, exc.line, str(exc).split(": ", 1)[1]) from None
+    except TOMLDecodeError as exc:
         found = re.search(r"line (\d+)", str(exc))
         raise BenchmarkError(path, int(found.group(1)) if found else 1,
                              f"not valid TOML: {exc}; fix the syntax there") from None
@@ -286,10 +300,10 @@ def check_seeds(path: Path, text: str, seeds: Any) -> tuple[int, ...]:
     where = find_line(text, ("seeds",))
     if not isinstance(seeds, list) or not seeds:
         raise BenchmarkError(path, where, f"seeds must be a non-empty list such as [0, 1, 2], got {seeds!r}")
-    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= MAX_SEED]
     if bad:
-        raise BenchmarkError(path, where, f"seeds must be whole numbers >= 0; {bad[0]!r} is not")
-    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise BenchmarkError(path, where, f"seeds must be whole numbers from 0 to {MAX_SEED}; {bad[0]!r} is not")
+    twice = sorted(repeated(seeds))  # one pass, however many seeds
     if twice:
         raise BenchmarkError(path, where,
                              f"seeds lists {', '.join(map(str, twice))} more than once; list each seed once")
@@ -297,11 +311,16 @@ def check_seeds(path: Path, text: str, seeds: Any) -> tuple[int, ...]:
 
 
 def check_name(path: Path, text: str, data: Mapping[str, Any]) -> str:
-    """The benchmark's name (default: the file's stem), usable as a folder name."""
+    """The benchmark's name (default: the file's stem), usable as a folder name on every file system."""
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise BenchmarkError(path, find_line(text, ("name",)),
                              f"name = {name!r} must be letters, digits, '.', '_' or '-' (it names the output folder)")
+    if len(name) > MAX_NAME:  # runs/benchmark-NAME and its files: a file name may have 255 bytes
+        raise BenchmarkError(path, find_line(text, ("name",)),
+                             f"name is {len(name)} characters long; it names the output folder, so use at most "
+                             f"{MAX_NAME}" + ("" if "name" in data else " (it is the file's name: rename the file or "
+                                                                         "add name = \"...\")"))
     return name
 
 

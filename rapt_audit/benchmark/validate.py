@@ -18,6 +18,7 @@ from rapt_audit.api.params import make_plugin, plugin_fields
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.registry import unknown_name_message
 from rapt_audit.benchmark.locate import find_line
+from rapt_audit.benchmark.plan import count_cells
 from rapt_audit.benchmark.spec import (
     FAMILIES,
     Benchmark,
@@ -34,6 +35,7 @@ from rapt_audit.benchmark.spec import (
     set_text,
 )
 from rapt_audit.data import load_dataset
+from rapt_audit.pipeline.cell_limit import check_cell_count
 from rapt_audit.pipeline.context import PROFILES
 from rapt_audit.pipeline.runner import plugin_args
 
@@ -42,7 +44,7 @@ SERVICE_MARKER = "method"
 
 
 def load_benchmark(source: str | Path, *, data_dir: str | None = None, check_data: bool = True,
-                   problems: list[str] | None = None) -> Benchmark:
+                   problems: list[str] | None = None, max_cells: int | None = None) -> Benchmark:
     """Read and check a benchmark file (a path, or the name of a shipped one) before any work.
 
     Args:
@@ -51,6 +53,9 @@ def load_benchmark(source: str | Path, *, data_dir: str | None = None, check_dat
         check_data: Load every dataset (a missing one is an error); off, only their names are checked.
         problems: When given, a dataset that cannot be loaded is appended here (``FILE:LINE: ...``)
             instead of raised, so a dry run can still list the cells.
+        max_cells: The most cells the file may make (``--max-cells``; default
+            :data:`~rapt_audit.pipeline.cell_limit.DEFAULT_MAX_CELLS`), counted from the grids' lengths
+            before any grid point is built.
 
     Raises:
         BenchmarkError: the first problem, as ``FILE:LINE: what is wrong; the fix``.
@@ -77,7 +82,7 @@ def load_benchmark(source: str | Path, *, data_dir: str | None = None, check_dat
                       family_attacks=_attacks(path, text, data.get("attacks", "all")),
                       defenses=(), service=tuple(service.items()), splits=splits, model=model,
                       description=str(description))
-    bench = _with_defenses(bench, data["defenses"], service)
+    bench = _with_defenses(bench, data["defenses"], service, max_cells)
     if check_data or problems is not None:
         _check_data(bench, data_dir, problems)
     return bench
@@ -130,8 +135,9 @@ def _attacks(path: Path, text: str, spec: Any) -> dict[str, tuple[str, ...]]:
     return families
 
 
-def _with_defenses(bench: Benchmark, table: Any, service: Mapping[str, Any]) -> Benchmark:
-    """Each ``[defenses.NAME]`` table checked and every grid point built; ``[service]`` keys all used."""
+def _with_defenses(bench: Benchmark, table: Any, service: Mapping[str, Any], max_cells: int | None) -> Benchmark:
+    """Each ``[defenses.NAME]`` table checked, the cells counted (at most ``max_cells``), then every grid point
+    built; ``[service]`` keys all used."""
     if not isinstance(table, dict) or not table:
         raise bench.error(("defenses",), "the benchmark names no defense; add a [defenses.NAME] table per defense")
     grids, used = [], set()
@@ -155,9 +161,15 @@ def _with_defenses(bench: Benchmark, table: Any, service: Mapping[str, Any]) -> 
                 grid.append((key, tuple(value)))
             else:
                 fixed[key] = value
-        defense = DefenseGrid(name, tuple(takes.items()), tuple(fixed.items()), tuple(grid))
+        grids.append(DefenseGrid(name, tuple(takes.items()), tuple(fixed.items()), tuple(grid)))
+    bench = replace(bench, defenses=tuple(grids))
+    count, factors = count_cells(bench)  # before any grid point is built: three 100-value axes make 10**6
+    try:
+        check_cell_count(count, limit=max_cells, what="the benchmark", factors=factors)
+    except UsageError as exc:
+        raise bench.error(("defenses",), str(exc)) from None
+    for defense in grids:
         _build_points(bench, defense)
-        grids.append(defense)
     unused = [k for k in service if k not in used]
     if unused:
         served = [g.name for g in grids if SERVICE_MARKER in plugin_fields(DEFENSES.get(g.name))]
@@ -165,14 +177,15 @@ def _with_defenses(bench: Benchmark, table: Any, service: Mapping[str, Any]) -> 
                           f"[service] {unused[0]} is a parameter of no defense here whose service customizes the "
                           f"encoder (those with a {SERVICE_MARKER!r} parameter: {', '.join(served) or 'none'}); "
                           "remove it or check its spelling (rapt-audit ls defenses --params)")
-    return replace(bench, defenses=tuple(grids))
+    return bench
 
 
 def _build_points(bench: Benchmark, defense: DefenseGrid) -> None:
     """Build the defense at every grid point as a run would; a rejected value is located at its key."""
     cls = DEFENSES.get(defense.name)
     service = dict(defense.service)
-    for point in defense.points():
+    points = defense.points()
+    for point in points:
         args = dict(point)
         try:
             make_plugin(DEFENSES, defense.name, plugin_args(cls, bench.profile, args))
@@ -181,7 +194,7 @@ def _build_points(bench: Benchmark, defense: DefenseGrid) -> None:
             where = ("service", key) if key in service else ("defenses", defense.name) + ((key,) if key else ())
             known = key is None or key in plugin_fields(cls)
             values = ", ".join(f"{k}={v}" for k, v in point if k in dict(defense.grid))
-            at = f" at the grid point {values}" if known and values and len(defense.points()) > 1 else ""
+            at = f" at the grid point {values}" if known and values and len(points) > 1 else ""
             fix = ("change the value" + (" or drop it from the grid" if key in dict(defense.grid) else "")
                    if known else "check the parameter's spelling (rapt-audit ls defenses --params)")
             raise bench.error(where, f"defense {defense.name}{at}: {str(exc).rstrip('.')}; {fix}") from None
@@ -230,15 +243,15 @@ def _check_data(bench: Benchmark, data_dir: str | None, problems: list[str] | No
 
 def public_corpora(bench: Benchmark) -> list[tuple[DefenseGrid, str]]:
     """The public corpora the defenses train on (SnD's denoiser: ``public_corpus``), once per defense and corpus."""
-    found = []
+    found: dict[tuple[str, str], tuple[DefenseGrid, str]] = {}  # a dict: one lookup per point, however many
     for defense in bench.defenses:
         cls = DEFENSES.get(defense.name)
         for point in defense.points():
             corpus = getattr(make_plugin(DEFENSES, defense.name, plugin_args(cls, bench.profile, dict(point))),
                              "public_corpus", None)
-            if isinstance(corpus, str) and (defense, corpus) not in found:
-                found.append((defense, corpus))
-    return found
+            if isinstance(corpus, str):
+                found.setdefault((defense.name, corpus), (defense, corpus))
+    return list(found.values())
 
 
 def _report(error: BenchmarkError, problems: list[str] | None) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import shlex
 import shutil
@@ -42,6 +43,7 @@ from packaging.utils import canonicalize_name
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.files import write_atomic
+from rapt_audit.api.outputs import check_out_folder
 from rapt_audit.api.version import __version__
 from rapt_audit.bundle import analyses as bundle_analyses, target as bundle_target, wheels as bundle_wheels
 from rapt_audit.bundle.pieces import (
@@ -81,7 +83,8 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
     """Write the bundle for ``rapt-audit COMMAND`` into ``out``; returns its manifest.
 
     Args:
-        out: The bundle folder (must not exist or be empty, unless ``force``).
+        out: The bundle folder: new or empty, or with ``force`` an earlier bundle (its ``manifest.json``);
+            a folder of anything else is refused (:func:`rapt_audit.api.outputs.check_out_folder`).
         command: The rapt-audit arguments to run there (``["run", "--defense", "rapt", ...]``).
         configs: The run configurations ``command`` makes (one per sweep cell), for the data it reads.
         model_dir: The model folder (default: where ``minilm`` resolves to, the configured model).
@@ -105,11 +108,16 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
     """
     elapsed, level = clock(), xz_preset(preset)
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not force:
-        raise UsageError(f"--out {out} is not empty; choose a new folder or pass --force to replace it")
+    # The output rule: a new or empty folder, or (with --force) an earlier bundle, by its manifest's format.
+    if check_out_folder(out, name="--out", index=bundle_target.MANIFEST, schema=bundle_target.FORMAT, key="format",
+                        what="bundle") and not force:
+        raise UsageError(f"--out {out} holds a bundle already; choose a new folder or pass --force to replace it")
     spec = _model_spec(configs)
     model_dir = Path(model_dir or resolve_model_path(spec))
     data_dir, datasets = resolve_data(configs, data)
+    for what, path in (("the model", model_dir), ("--wheels-from", wheels_from), ("the data folder", data_dir)):
+        if path is not None and out.exists() and Path(os.path.realpath(path)).is_relative_to(os.path.realpath(out)):
+            raise UsageError(f"{what} {path} lies inside --out {out}, which the bundle replaces; choose another --out")
     data_files, listing = data_members(datasets, data_dir) if datasets else ([], {})
     if no_spacy and not configs:
         raise UsageError("--no-spacy packs spaCy's analyses of the texts a `run` reads; the command after -- is not a "

@@ -31,6 +31,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.parsing import repeated
 from rapt_audit.bundle.target import shuffle_regions
 from rapt_audit.mechanisms.pos import EXCLUDED_COMPONENTS, SPACY_MODEL
 
@@ -148,7 +149,7 @@ def wheels_in(folder: Path, python: str) -> list[Path]:
     if not wheels:
         raise UsageError(f"--wheels-from {folder} holds no .whl file")
     names = [wheel_name(w)[0] for w in wheels]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    twice = sorted(repeated(names))
     if twice:
         raise UsageError(f"--wheels-from {folder} holds several wheels of {', '.join(twice)}; keep one of each")
     for wheel in wheels:

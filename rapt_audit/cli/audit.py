@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.params import coerce
 from rapt_audit.audit.black_box import AUDITED, AuditReport, audit_defense
 from rapt_audit.cli.options import defense_params
@@ -61,6 +62,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Run the audit; exit 1 when a pair's lower bound exceeds its claim."""
     params = defense_params(args.sets)
     alpha = coerce(args.alpha, float, key="alpha")
+    check_outputs([("--out", args.out)])  # the output rule, before the audit's work: a file, or a FIFO
     report = audit_defense(args.defense, params, samples=args.samples, pairs=args.pairs, search=args.search,
                            alpha=alpha, seed=args.seed, model=args.model)
     document = report.to_json()

@@ -9,10 +9,11 @@ from pathlib import Path
 from rapt_audit.api.errors import UsageError
 from rapt_audit.benchmark.plan import dry_run_text, plan_cells
 from rapt_audit.benchmark.render import write_benchmark_report
-from rapt_audit.benchmark.run import default_out, run_benchmark
+from rapt_audit.benchmark.run import check_benchmark_dir, default_out, run_benchmark
 from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.cli.options import add_cell_options, cell_executor
 from rapt_audit.pipeline import sweep
+from rapt_audit.pipeline.cell_limit import check_max_cells
 from rapt_audit.pipeline.runner import check_paper_device
 
 #: Exit status when every cell finished but some attacks failed (as ``run``'s: the report marks them failed).
@@ -65,8 +66,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     problems: list[str] | None = [] if args.dry_run else None  # a dry run lists the cells even without the data
-    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, problems=problems)
+    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, problems=problems,
+                           max_cells=check_max_cells(args.max_cells))  # counted before any cell is built
     out = Path(args.out) if args.out else default_out(bench)
+    check_benchmark_dir(out)  # the output rule, in a dry run too: a folder of the user's files is refused
     cells = plan_cells(bench, out=out, data_dir=args.data_dir, device=args.device)
     executor = cell_executor(args, cells=True) if not args.dry_run else None
     if args.dry_run:

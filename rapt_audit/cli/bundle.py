@@ -14,6 +14,7 @@ from typing import Any
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.bundle.packing import DEFAULT_MAX_MIB, pack
+from rapt_audit.cli.options import number
 from rapt_audit.pipeline import sweep
 from rapt_audit.pipeline.config import RunConfig, build_config
 
@@ -38,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bundle", help="pack an offline GPU machine's needs for one command into ≤ 60 MiB",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="the bundle folder to write (copy it whole to the GPU machine)")
-    p.add_argument("--max-mib", dest="max_mib", type=float, default=DEFAULT_MAX_MIB,
+    p.add_argument("--max-mib", dest="max_mib", type=number, default=DEFAULT_MAX_MIB,
                    help=f"fail when the folder exceeds this many MiB (default {DEFAULT_MAX_MIB:g})")
     p.add_argument("--python", default="3.12", help="the GPU machine's Python, MAJOR.MINOR (default 3.12)")
     p.add_argument("--wheels-from", dest="wheels_from", default=None, metavar="DIR",
@@ -59,7 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-strip", dest="strip", action="store_false",
                    help="ship shared libraries as their wheels hold them (much larger; for a packing machine "
                         "without binutils' strip)")
-    p.add_argument("--force", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier bundle in --out (a folder of anything else is refused)")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="print what would be packed (model, distributions, data files); download and write nothing")
     # dest "remote": "command" is the top-level parser's name for the sub-command
@@ -117,7 +119,8 @@ def run_configs(command: list[str], subcommands: dict[str, Any]) -> tuple[list[s
     if args.sweeps:
         axes = sweep.parse_axes(args.sweeps)
         out = Path(config.out) if config.out else sweep.default_sweep_dir(config, axes)
-        configs = [cell.config for cell in sweep.expand(axes=axes, file=None, cli=cli, sets=args.sets, out=out)]
+        configs = [cell.config for cell in sweep.expand(axes=axes, file=None, cli=cli, sets=args.sets, out=out,
+                                                        max_cells=args.max_cells)]
     return _without_data_dir(command), configs
 
 

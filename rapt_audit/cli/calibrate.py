@@ -12,7 +12,7 @@ import numpy as np
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import coerce, get_params, make_plugin
 from rapt_audit.api.plugins import DEFENSES, load
-from rapt_audit.cli.options import defense_params
+from rapt_audit.cli.options import defense_params, number
 from rapt_audit.data.public import public_corpus
 from rapt_audit.mechanisms.calibration import RAPT_TABLE_III, find_eta, plausible_deniability, replacement_probability
 from rapt_audit.mechanisms.engines import token_engine
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--defense", default="t2t", help="t2t, pct2t or embedding (default t2t)")
     p.add_argument("--model", default="minilm", help="minilm (bundled), a Hugging Face id or a local directory")
     p.add_argument("--eta", default="25,75,125,150,175,inf", help="comma-separated eta values")
-    p.add_argument("--target-replacement", type=float, default=None, help="also find the eta giving this probability")
+    p.add_argument("--target-replacement", type=number, default=None, help="also find the eta giving this probability")
     p.add_argument("--deniability", action="store_true", help="also measure plausible deniability N_w, S_w")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--profile", choices=["smoke", "cpu", "paper"], default="cpu")

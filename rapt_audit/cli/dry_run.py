@@ -125,9 +125,10 @@ def sweep_plan(cells: Sequence[Cell], *, out: Path) -> str:
     output directory.
     """
     plans = [plan_rows(runner.plan(cell.config)) for cell in cells]
+    first = set(plans[0]) if plans else set()
     lines = [f"sweep of {len(cells)} cell(s) in {out} (finished cells are reused)"]
     for i, (cell, rows) in enumerate(zip(cells, plans)):
-        shown = rows if i == 0 else [r for r in rows if r not in plans[0] or r[0] == "output"]
+        shown = rows if i == 0 else [r for r in rows if r not in first or r[0] == "output"]
         lines.append(f"cell {cell.label}" + ("" if i == 0 else " (as the first cell except:)"))
         lines += _format(shown, indent="  ")
     return "\n".join(lines + [FOOTER])

@@ -78,7 +78,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                         "else synthetic")
     p.add_argument("--model", default=S, help="minilm (bundled), a Hugging Face id or a local directory")
     p.add_argument("--profile", default=S, choices=["smoke", "cpu", "paper"], help="cost profile (default cpu)")
-    p.add_argument("--seed", default=S, type=int, help="run seed (default 0)")
+    p.add_argument("--seed", default=S, type=int, help="run seed, 0 to 2**32-1 (default 0)")
     p.add_argument("--out", default=S, help="output directory (default runs/<defense>-<dataset>-...)")
     p.add_argument("--config", default=None, help="TOML or JSON file of run settings")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -96,7 +96,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
                         "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
-    add_cell_options(p)  # --time-budget, --executor, --jobs, --address, --cpus-per-cell, --gpus-per-cell
+    add_cell_options(p)  # --max-cells, --time-budget, --executor, --jobs, --address, --cpus-per-cell, --gpus-per-cell
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
                    help="check the configuration as a run would, print the plan, write nothing")
@@ -233,7 +233,8 @@ def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log:
     """``run --sweep``: expand the grid, run the cells that are not complete, print one line per cell."""
     axes = sweep.parse_axes(args.sweeps)
     out = Path(base.out) if base.out else sweep.default_sweep_dir(base, axes)
-    cells = sweep.expand(axes=axes, file=args.config, cli=cli, sets=args.sets, out=out)
+    cells = sweep.expand(axes=axes, file=args.config, cli=cli, sets=args.sets, out=out, max_cells=args.max_cells)
+    sweep.check_sweep_dir(out)  # the output rule, in a dry run too: a folder of the user's files is refused
     if args.dry_run:
         print(dry_run.sweep_plan(cells, out=out))
         return 0

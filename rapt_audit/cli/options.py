@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.parsing import parse_float
+from rapt_audit.pipeline.cell_limit import DEFAULT_MAX_CELLS
 from rapt_audit.pipeline.local_executor import LocalExecutor
 from rapt_audit.pipeline.ray_executor import RayExecutor
 from rapt_audit.pipeline.sweep import Executor
@@ -26,9 +28,21 @@ def defense_params(sets: list[str]) -> dict[str, str]:
     return params
 
 
+def number(text: str) -> float:
+    """An argparse ``type``: a number as :func:`~rapt_audit.api.parsing.parse_float` reads it (``1e309`` is refused)."""
+    try:
+        return parse_float(text, key="")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).lstrip("=")) from None
+
+
 def add_cell_options(p: argparse.ArgumentParser) -> None:
-    """``--time-budget``, ``--executor``, ``--jobs`` and the Ray options: how the cells of a sweep or benchmark run."""
-    p.add_argument("--time-budget", dest="time_budget", type=float, default=None, metavar="SECONDS",
+    """``--max-cells``, ``--time-budget``, ``--executor``, ``--jobs`` and the Ray options: how the cells of a sweep or
+    benchmark run."""
+    p.add_argument("--max-cells", dest="max_cells", type=int, default=None, metavar="N",
+                   help=f"with --sweep or benchmark run: refuse a grid of more than N cells, counted before any is "
+                        f"built (default {DEFAULT_MAX_CELLS})")
+    p.add_argument("--time-budget", dest="time_budget", type=number, default=None, metavar="SECONDS",
                    help="with --sweep or benchmark run: start no cell that would not finish within SECONDS of the "
                         "start (judged by the longest cell so far); the rest stay pending for the next call, which "
                         "goes on (exit 75)")
@@ -41,9 +55,9 @@ def add_cell_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, metavar="HOST:PORT",
                    help="with --executor ray: the head of a running Ray cluster (ray start --head); default: "
                         "$RAY_ADDRESS, else a local Ray instance sized to this machine")
-    p.add_argument("--cpus-per-cell", dest="cpus_per_cell", type=float, default=None, metavar="N",
+    p.add_argument("--cpus-per-cell", dest="cpus_per_cell", type=number, default=None, metavar="N",
                    help="with --executor ray: CPUs each cell's task declares (default 1)")
-    p.add_argument("--gpus-per-cell", dest="gpus_per_cell", type=float, default=None, metavar="N",
+    p.add_argument("--gpus-per-cell", dest="gpus_per_cell", type=number, default=None, metavar="N",
                    help="with --executor ray: GPUs each cell's task declares (default 0; 1 for a GPU grid)")
 
 
@@ -82,4 +96,4 @@ def cell_executor(args: argparse.Namespace, *, cells: bool) -> Executor | None:
     return executor
 
 
-__all__ = ["add_cell_options", "cell_executor", "defense_params"]
+__all__ = ["add_cell_options", "cell_executor", "defense_params", "number"]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import deque
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.outputs import STDIO, check_outputs
 from rapt_audit.cli.options import defense_params
 from rapt_audit.user_side.formats import FORMATS, Item, Layout, Writer, open_input, read_items, write_output
 from rapt_audit.user_side.privatizer import Privatizer
@@ -33,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--defense", default="pct2t", help="defense name (rapt-audit ls defenses; default pct2t)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="defense parameter: eta=75, replacement=0.5, categories=noun,verb ...")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random draw, 0 to 2**32-1 (default 0)")
     p.add_argument("--out", default=None, help="output file (default: standard output)")
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="input layout (default: from the extension; .jsonl/.ndjson, .csv/.tsv, else text lines)")
@@ -61,12 +63,33 @@ def _with_progress(items: Iterator[Item], handle: Any, size: int | None, quiet: 
             bar.update(handle.tell() - bar.n)
 
 
+def replacement_summary(units: dict[str, Any], clear: int) -> str:
+    """``3 of 9 unit(s) replaced; 6 sent in the clear (unchanged: 2 not privatized, 4 privatized as themselves)``.
+
+    Every unit released as it was counts as sent in the clear, whatever the reason: outside the selected
+    categories (``passed``), or privatized but released as itself (the noise drew the same word; η = ∞).
+    """
+    total = units["perturbed"] + units["passed"] + units["dropped"]
+    kept = units["perturbed"] - units["replaced"]
+    reasons = [f"{n} {why}" for n, why in ((units["passed"], "not privatized"), (kept, "privatized as themselves"))
+               if n]
+    dropped = f", {units['dropped']} dropped" if units["dropped"] else ""
+    text = (f"{units['replaced']} of {total} unit(s) replaced{dropped}; {clear} of {total} sent in the clear"
+            + (f" (released unchanged: {', '.join(reasons)})" if reasons else ""))
+    return text + ("; WARNING: the output is the input" if total and clear == total else "")
+
+
 def cmd_privatize(args: argparse.Namespace) -> int:
     """Privatize the input record by record; write the output and the sidecar record."""
     layout = Layout.for_path(args.input, args.format, args.field)
+    # The default sidecar sits beside a file; a stream (-, a FIFO, /dev/null) has none unless --sidecar names it.
+    streamed = args.out in (None, STDIO) or (os.path.exists(args.out) and not os.path.isfile(args.out))
+    sidecar = args.sidecar or (None if streamed else f"{args.out}.privatize.json")
+    # The output rule, before the model loads: never the input, never each other, never a device.
+    check_outputs([("--out", 1 if args.out in (None, STDIO) else args.out), ("--sidecar", sidecar)],
+                  [("input", 0 if args.input in (None, STDIO) else args.input)])
     privatizer = Privatizer(args.defense, defense_params(args.sets), seed=args.seed, model=args.model,
                             device=args.device, data_dir=args.data_dir)
-    sidecar = args.sidecar or (f"{args.out}.privatize.json" if args.out not in (None, "-") else None)
     with open_input(args.input) as (handle, name, size):
         items = _with_progress(read_items(handle, layout, name=name, errors=args.errors), handle, size, args.quiet)
 
@@ -93,8 +116,7 @@ def cmd_privatize(args: argparse.Namespace) -> int:
         setting = ", ".join(f"{key} {record[key]}" for key in ("eta", "epsilon") if record[key] is not None)
         head = f"privatized {record['records']} record(s) with {args.defense} ({setting or 'no noise'}, seed {args.seed})"
         if record["release_kind"] == "texts":
-            detail = (f"{units['replaced']} of {units['perturbed']} unit(s) replaced, {units['passed']} sent in "
-                      "the clear")
+            detail = replacement_summary(units, record["sent_in_the_clear"])
         else:
             detail = f"{units['perturbed']} noisy {record['release_kind'].replace('_', ' ')} released as vectors"
         print(f"{head}: {detail}{where}", file=sys.stderr)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.api.parsing import repeated
 from rapt_audit.api.registry import closest
 from rapt_audit.api.types import Record, Span
 from rapt_audit.data.base import Dataset
@@ -70,7 +71,7 @@ def normalize_columns(args: Mapping[str, Any]) -> dict[str, str]:
         else:
             raise UsageError(f"data.{key}={value!r} must name a column (a string)")
         items = [v for v in items if v]
-        twice = sorted({v for v in items if items.count(v) > 1})
+        twice = sorted(repeated(items))
         if twice:
             raise UsageError(f"data.attributes lists {', '.join(twice)} more than once")
         if key == "text" and not items:

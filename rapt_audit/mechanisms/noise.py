@@ -105,8 +105,10 @@ def _as_real_scalar(name: str, value: Any, valid: str) -> float:
         raise bad_type(f"of type {type(value).__name__}")
     try:
         return float(value)
-    except OverflowError:  # an int beyond the float range, e.g. 10**400
-        return math.copysign(math.inf, value)
+    except OverflowError:  # an int beyond the float range, e.g. 10**400: not infinity, which is spelled math.inf
+        raise PrivacyParameterError(f"{name} must be {valid}, but is an integer of {value.bit_length()} bits, too "
+                                    "large for a float (it would read as infinity: no privacy); use math.inf if "
+                                    "infinity is meant") from None
 
 
 def check_eta(eta: Any) -> float:

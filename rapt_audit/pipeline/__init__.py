@@ -6,7 +6,8 @@ Owns: :mod:`~rapt_audit.pipeline.config` (RunConfig and its precedence rules),
 :mod:`~rapt_audit.pipeline.gpu_usage`: GPU use sampled per stage), :mod:`~rapt_audit.pipeline.sweep`
 (with :mod:`~rapt_audit.pipeline.local_executor`: cells in worker processes,
 :mod:`~rapt_audit.pipeline.ray_executor`: cells as Ray tasks, and what both share,
-:mod:`~rapt_audit.pipeline.cell_driver`), :mod:`~rapt_audit.pipeline.results` (the result file and its
+:mod:`~rapt_audit.pipeline.cell_driver`; :mod:`~rapt_audit.pipeline.cell_limit`: the most cells a grid may make,
+counted before any is built), :mod:`~rapt_audit.pipeline.results` (the result file and its
 signature; :mod:`~rapt_audit.pipeline.tidy` its tidy rows), and :mod:`~rapt_audit.pipeline.cache`
 (releases stored on disk by the signature of what they depend on; :mod:`~rapt_audit.pipeline.text_store`
 the privatized texts of text defenses). The commands built on it live above it: the offline bundle in

@@ -19,18 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser from PyPI
-    import tomli as tomllib
-
 from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.params import coerce, to_jsonable
+from rapt_audit.api.parsing import FloatRangeError, TOMLDecodeError, check_seed, decode_text, loads_json, loads_toml
 from rapt_audit.api.registry import closest, unknown_name_message
 from rapt_audit.data import COLUMN_KEYS, is_file_dataset
 from rapt_audit.data.columns import normalize_columns
@@ -58,7 +53,7 @@ class RunConfig:
             is configured and the synthetic demo corpus otherwise.
         model: ``minilm`` (bundled), a Hugging Face id or a local directory.
         profile: ``smoke``, ``cpu`` or ``paper``.
-        seed: The run seed.
+        seed: The run seed, a whole number from 0 to 2**32 - 1 (:func:`~rapt_audit.api.parsing.check_seed`).
         device: ``auto``, ``cpu`` or ``cuda``.
         precision: ``auto`` (bfloat16 mixed precision where the device computes it natively, float32
             elsewhere: :func:`rapt_audit.encoder.precision.resolve_precision`), ``fp32`` or ``bf16``;
@@ -96,6 +91,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise UnknownNameError(unknown_name_message("profile", self.profile, list(PROFILES)))
+        object.__setattr__(self, "seed", check_seed(self.seed))  # -1 would fail deep in numpy
         if self.device not in {"auto", "cpu", "cuda"}:
             raise UsageError(f"device={self.device!r} is not one of auto, cpu, cuda")
         try:
@@ -166,14 +162,16 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"config file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            data = tomllib.loads(text)
-    except (ValueError, json.JSONDecodeError) as exc:
-        kind = "JSON" if path.suffix == ".json" else "TOML"
+        text = decode_text(path.read_bytes(), source=f"config file {path}")  # a byte-order mark is dropped
+    except OSError as exc:
+        raise UsageError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = loads_json(text) if path.suffix.lower() == ".json" else loads_toml(text)
+    except FloatRangeError as exc:  # 1e309 would read as infinity: "line N: ..."
+        raise UsageError(f"config file {path}, {exc}") from None
+    except (ValueError, TOMLDecodeError) as exc:
+        kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
         raise UsageError(f"config file {path} is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a table of keys")

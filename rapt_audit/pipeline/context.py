@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from rapt_audit.api.parsing import check_seed
 from rapt_audit.encoder.models import load_model, load_tokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,6 +89,9 @@ class RunContext:
     text_releases: TextReleases | None = None
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
     _tallies: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.seed = check_seed(self.seed)  # a run, privatize, calibrate, audit: -1 would fail deep in numpy
 
     def tally(self, kind: str, event: str) -> None:
         """Count one ``event`` (``hit``, ``miss``: the release cache's words) of the on-disk cache ``kind``

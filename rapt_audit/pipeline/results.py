@@ -22,6 +22,7 @@ checks every file against it before reading a field (:mod:`rapt_audit.pipeline.r
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import platform
@@ -129,6 +130,17 @@ def write_result(result: RunResult, out_dir: str | Path) -> Path:
     path = Path(out_dir) / RESULT_FILE
     write_json_atomic(path, result.to_dict())
     return path
+
+
+def why_unreadable(path: Path) -> str:
+    """Why ``path``, which exists or is a link but is not a regular file, holds no result (for messages)."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        return "a symbolic link to nothing" if path.is_symlink() else (exc.strerror or str(exc))
+    return "a folder" if path.is_dir() else "not a regular file"
 
 
 def read_result(path: str | Path) -> RunResult:

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.files import package_code_digest, remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
+from rapt_audit.api.outputs import folder_exists
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load, plugin_distributions
 from rapt_audit.api.threat import threat_model_record
@@ -61,6 +62,7 @@ from rapt_audit.pipeline.results import (
     environment,
     read_result,
     signature,
+    why_unreadable,
     write_result,
 )
 from rapt_audit.pipeline.text_store import TextReleaseStore
@@ -158,8 +160,12 @@ def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
 
     Raises:
         ResultError: when ``out`` holds a different run, a corrupt result, or unrelated files.
+        UsageError: when ``out`` is a file, a device or a loop of links (:mod:`rapt_audit.api.outputs`).
     """
+    folder_exists(out, name="output directory")
     path = out / RESULT_FILE
+    if path.is_symlink() and not path.exists():  # a loop of links: neither a result nor "not empty"
+        raise ResultError(f"{path} is not a readable result file ({why_unreadable(path)}); remove it")
     if path.exists():
         existing = read_result(path)
         if existing.cell_id != config.cell_id():

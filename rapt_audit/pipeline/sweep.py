@@ -40,8 +40,11 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from rapt_audit.api.errors import RaptAuditError, UsageError
 from rapt_audit.api.files import remove_stray_temps, write_json_atomic
 from rapt_audit.api.locks import hold_out_dir
+from rapt_audit.api.outputs import check_out_folder
+from rapt_audit.api.parsing import repeated
 from rapt_audit.api.types import AttackFailure, AttackResult
 from rapt_audit.pipeline import runner as audit_runner
+from rapt_audit.pipeline.cell_limit import check_cell_count, count_cells
 from rapt_audit.pipeline.config import RunConfig, build_config
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult
 from rapt_audit.scoring.metrics import arrow
@@ -87,35 +90,37 @@ def parse_axis(spec: str) -> Axis:
     if key in {"out", "force", "device", "data_dir"}:
         raise UsageError(f"--sweep {key}=... does not change the result; sweep a parameter such as eta, "
                          "replacement, seed or defense")
-    repeated = sorted({v for v in items if items.count(v) > 1})
-    if repeated:
-        raise UsageError(f"--sweep {key} lists {', '.join(repeated)} more than once")
+    twice = repeated(items)  # one pass: a long list of values is checked in linear time
+    if twice:
+        raise UsageError(f"--sweep {key} lists {', '.join(sorted(twice))} more than once")
     return Axis(key, items)
 
 
 def parse_axes(specs: Sequence[str]) -> list[Axis]:
     """Parse every ``--sweep`` option; the same key may not be swept twice."""
     axes = [parse_axis(s) for s in specs]
-    keys = [a.key for a in axes]
-    twice = sorted({k for k in keys if keys.count(k) > 1})
+    twice = sorted(repeated(a.key for a in axes))
     if twice:
         raise UsageError(f"--sweep {', '.join(twice)} is given more than once; list all its values in one option")
     return axes
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9.=+_-]+")
+#: The longest cell folder name (a file name may have 255 bytes; a benchmark adds a suffix).
+MAX_NAME = 120
 
 
 def cell_name(assignments: Sequence[tuple[str, str]]) -> str:
     """A stable directory name for a cell: ``eta=25`` or ``defense=t2t_eta=inf``.
 
     Characters that are unsafe in file names (a model path's ``/``, spaces) become ``-``; a short
-    hash is appended whenever that happens, so two different values never share a directory.
+    hash is appended whenever that happens, so two different values never share a directory. A name
+    longer than :data:`MAX_NAME` characters is cut there (with the hash), within every file system's limit.
     """
     raw = "_".join(f"{k}={v}" for k, v in assignments)
     safe = _UNSAFE.sub("-", raw).strip("-.") or "cell"
-    if safe != raw:
-        safe += "-" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:6]
+    if safe != raw or len(safe) > MAX_NAME:
+        safe = safe[:MAX_NAME - 7].rstrip("-.") + "-" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:6]
     return safe
 
 
@@ -127,11 +132,13 @@ def default_sweep_dir(base: RunConfig, axes: Sequence[Axis]) -> Path:
 
 
 def expand(*, axes: Sequence[Axis], file: str | Path | None, cli: Mapping[str, Any], sets: Sequence[str],
-           out: Path) -> list[Cell]:
+           out: Path, max_cells: int | None = None) -> list[Cell]:
     """The cells of the grid, in row-major order of the axes, each with a complete configuration.
 
-    The swept pairs are applied after the user's ``--set`` pairs, so they win over them.
+    The swept pairs are applied after the user's ``--set`` pairs, so they win over them; none over ``max_cells``.
     """
+    lengths = [len(a.values) for a in axes]  # counted, not built: a product of lengths (cell_limit)
+    check_cell_count(count_cells(lengths), limit=max_cells, what="--sweep", factors=" × ".join(map(str, lengths)))
     cli = {k: v for k, v in cli.items() if k != "out"}
     cells = []
     for combo in itertools.product(*(a.values for a in axes)):
@@ -231,7 +238,8 @@ class SweepIndex:
 def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log | None = None,
               progress: bool = False, runner: Callable[..., RunResult] | None = None,
               executor: Executor | None = None, time_budget: float | None = None,
-              clock: Callable[[], float] = time.monotonic) -> list[tuple[Cell, RunResult]]:
+              clock: Callable[[], float] = time.monotonic,
+              own_index: tuple[str, str, str] = (SWEEP_INDEX, SWEEP_SCHEMA, "sweep")) -> list[tuple[Cell, RunResult]]:
     """Run every cell that is not complete yet and return each cell's result, in grid order.
 
     Every cell is validated before any work starts (plugin names and values, data, and that no
@@ -254,9 +262,12 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         time_budget: Seconds from this call after which no cell is started that would not fit
             (in-process sweeps only; see the module docstring).
         clock: Where the time is read (seconds; tests pass their own).
+        own_index: ``(file, schema, kind)`` of the index that makes ``out`` ours (:func:`check_sweep_dir`;
+            a benchmark passes its ``benchmark.json``).
 
     Raises:
         ResultError: when another process is using ``out`` or a cell directory holds another run.
+        UsageError: when ``out`` is not new or empty and holds no index of ours (nothing is written).
         CellsFailed: when cells failed (the finished ones are kept).
         BudgetSpent: when cells were left pending because the time budget ran out.
         UsageError: for a time budget that is not positive, or one given with an executor.
@@ -267,6 +278,7 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         raise UsageError("--time-budget applies to sweeps that run in this process; an executor schedules its "
                          "cells itself (drop --executor ray / --jobs, or --time-budget)")
     deadline = None if time_budget is None else (clock(), float(time_budget))
+    check_sweep_dir(out, own_index=own_index)
     with hold_out_dir(out):
         remove_stray_temps(out, SWEEP_INDEX)  # left by a killed sweep; never read, now removed
         try:
@@ -280,6 +292,12 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
             kept = sum((Path(c.config.out) / RESULT_FILE).is_file() for c in cells)
             stop.args = (f"{kept} of {len(cells)} finished cells kept in {out}; rerun the same command to resume",)
             raise
+
+
+def check_sweep_dir(out: Path, *, own_index: tuple[str, str, str] = (SWEEP_INDEX, SWEEP_SCHEMA, "sweep")) -> None:
+    """The output rule (:func:`~rapt_audit.api.outputs.check_out_folder`): ``out`` is new, empty or holds our
+    own ``sweep.json`` (by its schema: a user's file of that name is not ours), else refused before any cell."""
+    check_out_folder(out, name="--out", index=own_index[0], schema=own_index[1], what=own_index[2])
 
 
 def check_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Log) -> SweepIndex:
@@ -373,5 +391,5 @@ def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
 
 
 __all__ = ["Axis", "BudgetSpent", "Cell", "CellsFailed", "Executor", "SWEEP_INDEX", "SWEEP_SCHEMA", "SweepIndex",
-           "cell_name", "check_cells", "default_sweep_dir", "expand", "format_sweep", "parse_axes", "parse_axis",
-           "run_sweep"]
+           "cell_name", "check_cells", "check_sweep_dir", "default_sweep_dir", "expand", "format_sweep", "parse_axes",
+           "parse_axis", "run_sweep"]

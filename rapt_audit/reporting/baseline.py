@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.version import __version__
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import SCHEMA, RunResult
@@ -90,6 +91,7 @@ def write_baseline(path: str | Path, runs: Sequence[str | Path], *, rule: Mappin
     if coll.problems:
         raise ResultError("cannot record a baseline from unusable inputs: "
                           + "; ".join(p.message for p in coll.problems))
+    check_outputs([("--baseline", path)], coll.inputs())  # never one of the results it records
     results = [item.result for item in coll.results]
     if not allow_dirty:
         refuse_dirty(results, "cannot record the baseline")

@@ -39,6 +39,7 @@ from rapt_audit.api.types import AttackResult, Estimate
 from rapt_audit.pipeline.tidy import params_json
 from rapt_audit.reporting.check import DEFAULT_Z, unpaired_half_width
 from rapt_audit.reporting.collect import collect
+from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.summary import Group, Row, group_results
 from rapt_audit.scoring.stats import paired_drop
 
@@ -63,7 +64,11 @@ class Difference:
 
     def text(self) -> str:
         """``η=75, whitebox: pct2t − t2t = +0.012 [−0.020, +0.041] (paired)``."""
-        return f"{self.label} = {self.value:+.3f} [{self.low:+.3f}, {self.high:+.3f}] ({self.method})"
+        return f"{self.label} = {self.numbers()}"
+
+    def numbers(self) -> str:
+        """The text after the label: ``+0.012 [−0.020, +0.041] (paired)``."""
+        return f"{self.value:+.3f} [{self.low:+.3f}, {self.high:+.3f}] ({self.method})"
 
 
 @dataclass(frozen=True)
@@ -261,13 +266,19 @@ def evaluate(groups: Sequence[Group]) -> list[Verdict]:
 
 
 def format_markdown(verdicts: Sequence[Verdict]) -> str:
-    """A table of claims and verdicts, then every comparison behind each."""
+    """A table of claims and verdicts, then every comparison behind each.
+
+    The claims, statuses and summaries are this module's own text; the comparisons' labels and the
+    Pareto points name defenses, settings and attacks from result files, each escaped as literal
+    Markdown text (:func:`~rapt_audit.reporting.markdown.markdown_text`).
+    """
+    t = markdown_text
     lines = ["| claim | verdict | summary |", "|---|---|---|"]
     lines += [f"| {v.claim} | **{v.status}** | {v.summary} |" for v in verdicts]
     for v in verdicts:
         if v.differences or v.points:
             lines += ["", f"**{v.claim}** ({v.status}):", ""]
-            lines += [f"- {d.text()}" for d in v.differences] + [f"- {point}" for point in v.points]
+            lines += [f"- {t(d.label)} = {d.numbers()}" for d in v.differences] + [f"- {t(p)}" for p in v.points]
     return "\n".join(lines) + "\n"
 
 

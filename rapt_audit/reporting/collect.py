@@ -62,6 +62,12 @@ class Collection:
         details = "; ".join(p.message for p in self.problems) or "no paths were given"
         raise ResultError(f"no usable result files for {what}: {details}")
 
+    def inputs(self) -> list[tuple[str, Path]]:
+        """Every file read (usable or not), as ``(what, path)``: what no output may overwrite
+        (:func:`rapt_audit.api.outputs.check_outputs`)."""
+        return ([("the result", r.path) for r in self.results] + [("the input", p) for p, _ in self.calibrations]
+                + [("the input", p) for p, _ in self.audits] + [("the input", p.path) for p in self.problems])
+
     def warn_problems(self) -> None:
         """Print one warning per unusable input to stderr (the commands that go on without them)."""
         for p in self.problems:

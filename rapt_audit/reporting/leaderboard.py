@@ -17,27 +17,15 @@ from urllib.parse import quote
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.files import write_text_atomic
+from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.collect import Collection, collect
+from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.summary import Group, fmt_estimate, fmt_outcome, group_results
 from rapt_audit.scoring.metrics import arrow
 
 
-def _cell(text: object) -> str:
-    """``text`` as literal Markdown text on one line: no markup, links or table syntax from a result survives."""
-    flat = " ".join(str(text).split())
-    flat = flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    # Code, emphasis, strike-through, links and table pipes; and ':' '@', which GitHub's automatic links
-    # (https://x, a@b.org) need: a backslash escape stops them and shows the character itself.
-    flat = re.sub(r"([\\`*~\[\]|:@])", r"\\\1", flat)
-    # The dot of www.x (an automatic link without a scheme), and an underscore that could open or close
-    # emphasis; inside a word (random_guess) it never does, so names stay readable.
-    return re.sub(r"(?i)(?<=www)\.|(?<!\w)_|_(?!\w)", lambda m: "\\" + m.group(), flat)
-
-
-def markdown_text(text: object) -> str:
-    """``text`` as literal Markdown text on one line (for other modules' tables: a benchmark's headline)."""
-    return _cell(text)
+_cell = markdown_text  # the one escaping of a string from a result, a file or the command line
 
 
 def _name(name: str) -> str:
@@ -106,7 +94,7 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
     profiles = sorted({_cell(i.result.config.get("profile")) for i in coll.results})
     shas = sorted({str(i.result.env.get("git_sha")) for i in coll.results})
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"# {title}", "",
+    lines = [f"# {_cell(title)}", "",
              f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "
              f"group(s); rendered {now} by `rapt-audit leaderboard` from stored results (git "
              f"{', '.join(_short_sha(s) for s in shas)}). Do not edit by hand.", "",
@@ -127,7 +115,8 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
 
 
 def write_leaderboard(paths: Sequence[str | Path], *, out: str | Path, report: str | Path | None = None,
-                      title: str = "rapt-audit leaderboard", preamble: str = "") -> tuple[Path, Collection]:
+                      title: str = "rapt-audit leaderboard", preamble: str = "",
+                      preamble_file: str | Path | None = None) -> tuple[Path, Collection]:
     """Read the results under ``paths`` and write the Markdown leaderboard to ``out``.
 
     Args:
@@ -136,13 +125,16 @@ def write_leaderboard(paths: Sequence[str | Path], *, out: str | Path, report: s
         report: The HTML report of the same results; links are written relative to ``out``.
         title: The heading.
         preamble: Markdown placed under the heading (how the runs were made).
+        preamble_file: The file ``preamble`` was read from (``out`` may not be it).
 
     Raises:
         ResultError: when no input is usable.
+        UsageError: when ``out`` is one of the inputs, or not a file (:mod:`rapt_audit.api.outputs`).
     """
     out = Path(out)
     coll = collect(paths, calibrations=False)
     coll.require_results("the leaderboard")
+    check_outputs([("--out", out)], coll.inputs() + ([("--preamble", preamble_file)] if preamble_file else []))
     link = None
     if report is not None:
         link = os.path.relpath(Path(report).resolve(), out.parent.resolve()).replace(os.sep, "/")
@@ -168,7 +160,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             preamble = Path(args.preamble).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"--preamble {args.preamble} cannot be read: {exc.strerror or exc}") from None
-    out, coll = write_leaderboard(args.runs, out=args.out, report=args.report, title=args.title, preamble=preamble)
+    out, coll = write_leaderboard(args.runs, out=args.out, report=args.report, title=args.title, preamble=preamble,
+                                  preamble_file=args.preamble)
     coll.warn_problems()
     print(f"wrote {out} ({len(coll.results)} result(s))")
     return 0

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_bytes_atomic, write_text_atomic
+from rapt_audit.api.outputs import check_outputs, folder_exists
 from rapt_audit.api.plugins import ATTACKS, load
 from rapt_audit.api.registry import describe
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
@@ -342,6 +343,7 @@ def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "
 
     Raises:
         ResultError: when no input is usable, or when ``strict`` and any input is unusable.
+        UsageError: when ``out`` is one of the inputs, or not a file (:mod:`rapt_audit.api.outputs`).
     """
     out = Path(out)
     coll = collection if collection is not None else collect(paths)
@@ -350,6 +352,8 @@ def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "
     if strict and coll.problems:
         raise ResultError("unusable inputs (--strict): " + "; ".join(p.message for p in coll.problems))
     fig_dir = Path(figures_dir) if figures_dir is not None else _figures_dir(out)
+    check_outputs([("--out", out)], coll.inputs())  # the output rule: never an input, a folder or a device
+    folder_exists(fig_dir, name="the figures folder")  # a file or a loop of links there: refused, before any figure
 
     rel = os.path.relpath(fig_dir.resolve(), out.parent.resolve())
     report = build_report(coll, title=title, base=out.parent, files_rel=rel, headline=headline)

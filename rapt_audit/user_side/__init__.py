@@ -3,7 +3,8 @@
 Owns: :mod:`~rapt_audit.user_side.privatizer` (``Privatizer``, ``privatize``: the defense's own
 ``privatize_records`` or ``release``, batch by batch, with a record of what was done) and
 :mod:`~rapt_audit.user_side.formats` (the user's input and output as text lines, JSON Lines or CSV,
-streamed one record at a time). Named ``user_side`` rather than ``privatize`` so that
+streamed one record at a time; :mod:`~rapt_audit.user_side.records`: each JSON object or CSV row
+written back as it was read, but for its text). Named ``user_side`` rather than ``privatize`` so that
 :func:`rapt_audit.privatize` stays a function.
 
 May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.encoder`,

@@ -4,13 +4,18 @@ Three layouts, chosen by ``--format`` or the file's extension:
 
 * ``text`` — one text per line (``.txt`` and anything else); an empty line stays an empty line;
 * ``jsonl`` — one JSON object per line (``.jsonl``, ``.ndjson``); the text is the string in
-  ``field``, and the output is the same object with that field privatized (other fields kept);
+  ``field``, and the output is the same line with that field's value privatized (every other byte
+  as read: :mod:`~rapt_audit.user_side.records`);
 * ``csv`` — a header row, then rows (``.csv``; ``.tsv`` with tabs); the text is the ``column``
-  cell, and the output is the same row with that cell privatized.
+  cell, and the output is the same row with that cell privatized (every other cell's value as read).
+
+A record that could not be written back as it was is refused, naming its line: a JSON key twice in
+one object, a CSV header naming a column twice, a CSV row with more cells than the header.
 
 Input is read as bytes and decoded line by line, so an invalid UTF-8 byte is reported with its
 byte offset (``errors="replace"`` substitutes U+FFFD and goes on); a JSON escape of a lone
-surrogate (``"\\ud800"``), which UTF-8 cannot hold either, is treated the same way. Nothing is held
+surrogate (``"\\ud800"``) in the text, which UTF-8 cannot hold either, is treated the same way (in
+another field it is copied as the escape it is, like every field privatize does not touch). Nothing is held
 beyond one line, so memory stays flat however long the file is. Output to a file replaces it only at
 the end (the one atomic writer): a failed run leaves any earlier output untouched.
 """
@@ -21,7 +26,6 @@ import csv
 import io
 import json
 import re
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +33,9 @@ from typing import Any, BinaryIO, Callable, Iterator, TextIO
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.files import write_atomic
+from rapt_audit.api.outputs import standard_input_bytes, standard_output
 from rapt_audit.mechanisms.privatize import LONE_SURROGATE
+from rapt_audit.user_side.records import CsvRow, check_header, check_row, parse_object
 
 FORMATS = ("text", "jsonl", "csv")
 _BY_SUFFIX = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "csv"}
@@ -106,33 +112,30 @@ def _json_items(lines: Iterator[tuple[int, str]], key: str, *, name: str, errors
     for number, line in lines:
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{name}: line {number} is not JSON ({exc.msg} at column {exc.colno})") from None
-        if _SURROGATE_ESCAPE.search(line):  # any field may hold it, and every field is written back
-            obj = _without_lone_surrogates(obj, where=f"{name}: line {number}", errors=errors)
-        if not isinstance(obj, dict):
-            raise DataError(f"{name}: line {number} is a JSON {type(obj).__name__}, not an object")
+        record = parse_object(line, where=f"{name}: line {number}")
+        obj = record.values
         if key not in obj:
             raise DataError(f"{name}: line {number} has no field {key!r}; its fields are "
                             f"{', '.join(map(repr, obj)) or '(none)'} (choose one with --field)")
         if not isinstance(obj[key], str):
             raise DataError(f"{name}: line {number}: field {key!r} holds a {type(obj[key]).__name__}, not text")
-        yield Item(number, obj[key], obj)
+        text = obj[key]
+        start, end = record.spans[key]
+        if _SURROGATE_ESCAPE.search(line, start, end):  # only the text is decoded and written again
+            text = _without_lone_surrogates(text, where=f"{name}: line {number}", errors=errors)
+        yield Item(number, text, record)
 
 
-def _without_lone_surrogates(obj: Any, *, where: str, errors: str) -> Any:
-    """``obj`` with each lone surrogate replaced by U+FFFD (``errors="replace"``), else a DataError."""
-    text = json.dumps(obj, ensure_ascii=False)  # lone surrogates stay as they are in the dumped str
+def _without_lone_surrogates(text: str, *, where: str, errors: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (``errors="replace"``), else a DataError."""
     found = LONE_SURROGATE.search(text)
     if found is None:
-        return obj
+        return text
     if errors != "replace":
         raise DataError(f"{where} holds a lone surrogate escape (\\u{ord(found.group()):04x}), which is not a Unicode "
                         "character and cannot be written as UTF-8; repair the input, or pass --errors replace to "
                         "substitute U+FFFD and go on")
-    return json.loads(LONE_SURROGATE.sub("\ufffd", text))
+    return LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _csv_items(lines: Iterator[tuple[int, str]], layout: Layout, *, name: str) -> Iterator[Item]:
@@ -143,17 +146,24 @@ def _csv_items(lines: Iterator[tuple[int, str]], layout: Layout, *, name: str) -
             numbers[-1] = number
             yield line
 
-    reader = csv.DictReader(text_lines(), delimiter=layout.delimiter)
-    if reader.fieldnames is None:
+    # Rows as lists, not dicts: a dict would merge a duplicated column and file extra cells under None.
+    reader = csv.reader(text_lines(), delimiter=layout.delimiter)
+    header = next((row for row in reader if row), None)
+    if header is None:
         return  # an empty file: no header, no rows
-    if layout.field not in reader.fieldnames:
+    check_header(header, where=f"{name}: line {numbers[-1]}")
+    if layout.field not in header:
         raise DataError(f"{name}: no column {layout.field!r}; the header has "
-                        f"{', '.join(map(repr, reader.fieldnames))} (choose one with --field)")
+                        f"{', '.join(map(repr, header))} (choose one with --field)")
+    column = header.index(layout.field)
     for row in reader:
-        value = row[layout.field]
-        if value is None:
-            raise DataError(f"{name}: the row ending on line {numbers[-1]} has no {layout.field!r} cell")
-        yield Item(numbers[-1], value, row)
+        if not row:
+            continue  # a blank line holds no row
+        where = f"{name}: the row ending on line {numbers[-1]}"
+        check_row(row, header, where=where, delimiter=layout.delimiter)
+        if column >= len(row):
+            raise DataError(f"{where} has no {layout.field!r} cell")
+        yield Item(numbers[-1], row[column], CsvRow(header, row))
 
 
 class Writer:
@@ -161,7 +171,8 @@ class Writer:
 
     def __init__(self, stream: TextIO, layout: Layout) -> None:
         self.stream, self.layout = stream, layout
-        self._csv: csv.DictWriter | None = None
+        self._csv: Any = None  # a csv.writer, made with the first row
+        self._column = 0  # the text's column, from the first row's header
 
     def write(self, item: Item, value: Any) -> None:
         """Write ``item`` with its text replaced by ``value`` (a string, or a JSON-able vector list)."""
@@ -169,13 +180,15 @@ class Writer:
             line = value if isinstance(value, str) else json.dumps(value)
             self.stream.write(line.replace("\r", " ").replace("\n", " ") + "\n")
         elif self.layout.fmt == "jsonl":
-            self.stream.write(json.dumps({**item.carrier, self.layout.field: value}, ensure_ascii=False) + "\n")
+            self.stream.write(item.carrier.with_value(self.layout.field, value) + "\n")  # the rest as read
         else:
+            row: CsvRow = item.carrier
             if self._csv is None:
-                self._csv = csv.DictWriter(self.stream, fieldnames=list(item.carrier), delimiter=self.layout.delimiter,
-                                           lineterminator="\n")
-                self._csv.writeheader()
-            self._csv.writerow({**item.carrier, self.layout.field: value if isinstance(value, str) else json.dumps(value)})
+                self._csv = csv.writer(self.stream, delimiter=self.layout.delimiter, lineterminator="\n")
+                self._csv.writerow(row.header)
+                self._column = row.header.index(self.layout.field)
+            cell = value if isinstance(value, str) else json.dumps(value)
+            self._csv.writerow(row.with_value(self._column, cell))
 
 
 @contextmanager
@@ -186,7 +199,7 @@ def open_input(path: str | None) -> Iterator[tuple[BinaryIO, str, int | None]]:
         UsageError: when the file does not exist or is a directory.
     """
     if path in (None, "-"):
-        yield sys.stdin.buffer, "<stdin>", None
+        yield standard_input_bytes(), "<stdin>", None
         return
     file = Path(path)
     if not file.is_file():
@@ -202,12 +215,17 @@ def write_output(path: str | None, produce: Callable[[TextIO], None]) -> None:
     A file is written with the one atomic writer (:func:`rapt_audit.api.files.write_atomic`): it
     replaces ``path`` only when ``produce`` returns, so a failed run leaves earlier output as it was.
 
+    Standard output (``None``/``-``) and an existing FIFO are written into as the records come;
+    a symbolic link keeps pointing at the new file (:mod:`rapt_audit.api.outputs`).
+
     Raises:
-        UsageError: when ``path`` is a directory.
+        UsageError: when ``path`` is a directory, a device or a socket, or standard output is closed.
+        ResultError: when standard output fails (its reader gone, a full disk).
     """
     if path in (None, "-"):
-        produce(sys.stdout)
-        sys.stdout.flush()
+        stream = standard_output()  # a reader gone or a full disk: one line, exit 2
+        produce(stream)
+        stream.flush()
         return
     if Path(path).is_dir():
         raise UsageError(f"output {path!r} is a directory; name a file")

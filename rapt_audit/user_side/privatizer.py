@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
+from rapt_audit.api.parsing import check_seed
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.types import Record
 from rapt_audit.api.version import __version__
@@ -100,6 +101,7 @@ class Privatizer:
     sensitive: dict[str, dict[str, Any]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        self.seed = check_seed(self.seed)  # before any work: -1 would fail deep in numpy
         load()
         self.plugin = make_plugin(DEFENSES, self.defense, dict(self.params))
         kinds = [k for k in USER_KINDS if k in self.plugin.exposes]
@@ -209,6 +211,9 @@ class Privatizer:
         """The sidecar record: mechanism, parameters, η, seed, model fingerprint and the counts."""
         count = self.count
         observed = count.rate if count.perturbed and self.kind == "texts" else None
+        # Every unit released as it was, whatever the reason (not privatized, the noise drew the same word,
+        # eta = inf): what a reader of the output sees in the clear.
+        clear = count.passed + count.perturbed - count.replaced if self.kind == "texts" else None
         return {
             "tool": f"rapt-audit privatize {__version__}", "defense": self.defense,
             "params": get_params(self.plugin), "release_kind": self.kind,
@@ -216,7 +221,7 @@ class Privatizer:
             "epsilon": to_jsonable(getattr(self.plugin, "epsilon", None)),
             "seed": self.seed, "model": self.model,
             "model_fingerprint": model_fingerprint(self.model, cache_dir=self.ctx.cache_dir),
-            "records": self.records, "segments": self.segments, "units": asdict(count),
+            "records": self.records, "segments": self.segments, "units": asdict(count), "sent_in_the_clear": clear,
             "sensitive_strings_verbatim": self.sensitive,
             "observed_replacement": observed, "seconds": round(time.perf_counter() - self._started, 3), **extra}
 
