@@ -35,7 +35,7 @@ from rapt_audit.cli.audit import cmd_audit
 from rapt_audit.cli.benchmark import cmd_benchmark
 from rapt_audit.cli.bundle import cmd_bundle
 from rapt_audit.cli.calibrate import cmd_calibrate
-from rapt_audit.cli.options import add_cell_options, cell_executor
+from rapt_audit.cli.options import OneLineParser, add_cell_options, cell_executor
 from rapt_audit.cli.plugin import cmd_plugin
 from rapt_audit.cli.privatize import cmd_privatize
 from rapt_audit.data import DATASETS
@@ -104,7 +104,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rapt-audit``."""
-    parser = argparse.ArgumentParser(prog="rapt-audit", description=(
+    parser = OneLineParser(prog="rapt-audit", description=(
         "Audit local privacy defenses for text: attack each defense as a real adversary would and "
         "measure privacy leakage and task utility on the same data."))
     parser.add_argument("--version", action="version", version=f"rapt-audit {__version__}")

@@ -1,9 +1,11 @@
-"""Command-line pieces shared by several commands: a defense's ``--set`` pairs (privatize, audit, calibrate),
-and where the cells of a sweep or a benchmark run (``run --sweep``, ``benchmark run``)."""
+"""Command-line pieces shared by several commands: the parser whose usage errors are one line, a defense's
+``--set`` pairs (privatize, audit, calibrate), and where the cells of a sweep or a benchmark run (``run
+--sweep``, ``benchmark run``)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.parsing import parse_float
@@ -11,6 +13,19 @@ from rapt_audit.pipeline.cell_limit import DEFAULT_MAX_CELLS
 from rapt_audit.pipeline.local_executor import LocalExecutor
 from rapt_audit.pipeline.ray_executor import RayExecutor
 from rapt_audit.pipeline.sweep import Executor
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, its usage errors on one line: the problem, then where the options are described.
+
+    argparse prints the whole usage before the error, a dozen lines in which the one that matters comes
+    last; every other error of rapt-audit is one line. Subcommands' parsers are of this class too
+    (``add_subparsers`` makes them of its parser's class). The exit code stays 2.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE; see 'PROG --help'`` on standard error and exit 2."""
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
 
 
 def defense_params(sets: list[str]) -> dict[str, str]:
@@ -96,4 +111,4 @@ def cell_executor(args: argparse.Namespace, *, cells: bool) -> Executor | None:
     return executor
 
 
-__all__ = ["add_cell_options", "cell_executor", "defense_params", "number"]
+__all__ = ["OneLineParser", "add_cell_options", "cell_executor", "defense_params", "number"]
