@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from rapt_audit.cli.main import main
 from tests.result_factory import benchmark_folder, fake_result, write_sweep
+from tests.test_input_limits import BENCH
 from tests.test_output_rule import snapshot
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
@@ -45,18 +46,6 @@ NOT_UTF8 = st.sampled_from([b"\xff", b"\xfe", b"\xc3", b"\xe9", b"\x80", b"\xed\
 BAD_NAMES = st.one_of(
     st.text(min_size=1, max_size=30).filter(lambda n: not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", n)),
     st.text(alphabet="abcxyz019_-.", min_size=101, max_size=300).map(lambda n: "b" + n))
-
-BENCH = """\
-profile = "smoke"
-seeds = [0]
-
-[datasets]
-utility = "synthetic"
-
-[defenses.t2t]
-eta = [25, 75]
-"""
-
 
 def _toml_string(text: str) -> str:
     """``text`` as a TOML basic string (every character escaped that TOML would not take as it is)."""

@@ -182,7 +182,7 @@ def test_what_counts_as_a_path(tmp_path, monkeypatch):
     (b"text,label\nhi,1\nho,1\n", {}, r"holds the single value '1'; utility needs at least two classes"),
     (b"text,label\na,1\nb,1,2,3\n", {}, r"not a valid CSV file \(Error tokenizing data"),
     (b"text,id\nhi,1\nho,2\nhu,1\n", {"id": "id"}, r"must be unique; repeated: '1'"),
-    (b"text\nok\n\xff\xfe bad\n", {}, r"byte 8 \(line 3\) is not valid UTF-8"),
+    (b"text\nok\n\xff\xfe bad\n", {}, r":3:1: not UTF-8 text \(byte 0xff"),
 ])
 def test_bad_csv_names_the_problem(tmp_path, content, columns, message):
     path = tmp_path / "bad.csv"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rapt_audit.api.errors import DataError
+from rapt_audit.api.parsing import TextDecodeError, decode_text
 from rapt_audit.data.base import DATASETS
 
 #: File suffix → format read.
@@ -122,15 +123,12 @@ def read_table(path: Path) -> Table:
 
 
 def _utf8(raw: bytes, path: Path) -> str:
-    """``raw`` decoded as UTF-8 (a byte-order mark dropped), or a DataError naming the first bad byte."""
-    skip = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
+    """``raw`` decoded as UTF-8 (a byte-order mark dropped), or a DataError naming the first bad byte's line
+    and column (:func:`rapt_audit.api.parsing.decode_text`, as for benchmark and config files)."""
     try:
-        return raw[skip:].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        offset = skip + exc.start
-        line = raw.count(b"\n", 0, offset) + 1
-        raise DataError(f"--dataset {path}: byte {offset} (line {line}) is not valid UTF-8 ({exc.reason}); "
-                        "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+        return decode_text(raw, source=f"--dataset {path}")
+    except TextDecodeError as exc:
+        raise DataError(f"{exc} (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def _read_csv(text: str, path: Path, *, sep: str) -> dict[str, list[Any]]:
