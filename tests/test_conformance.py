@@ -26,6 +26,9 @@ from rapt_audit.plugin_kit.conformance import ConformanceReport, check_plugin
 from tests.fake_plugins import FakeAttack, OutOfRange, ReturnsFloat, UndeclaredMetric
 
 load()
+# PCT2T and RAPT read the POS lexicon: the `ctx` fixture's cache folder is seeded with the session's
+# (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("_pos_template")
 
 
 @pytest.mark.parametrize("name", DEFENSES.names())

@@ -109,11 +109,11 @@ def test_the_service_key_holds_the_released_vectors(ctx, synthetic_splits):
     assert inputs_digest(nudged) != inputs_digest(first)  # one ulp of one coordinate is another release
 
 
-def test_a_stored_service_is_reused_for_the_same_release_only(tmp_path, monkeypatch):
+def test_a_stored_service_is_reused_for_the_same_release_only(warm_cache, tmp_path, monkeypatch):
     from rapt_audit.pipeline.config import RunConfig
     from rapt_audit.pipeline.runner import compute
 
-    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
 
     def services(eta: float) -> dict[str, int]:
         result = compute(RunConfig(defense="embedding", attacks="random_guess", profile="smoke", dataset="synthetic",

@@ -31,9 +31,10 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def mctx(tmp_path_factory) -> RunContext:
-    """One context for the module, so the model, tables and tagger load once."""
-    return RunContext(seed=3, profile="smoke", device="cpu", cache_dir=tmp_path_factory.mktemp("cache"))
+def mctx(tmp_path_factory, seed_pos_cache) -> RunContext:
+    """One context for the module, so the model, tables and tagger load once (the session's tables and
+    POS lexicon seeded in: tests/conftest.py)."""
+    return RunContext(seed=3, profile="smoke", device="cpu", cache_dir=seed_pos_cache(tmp_path_factory.mktemp("cache")))
 
 
 def _defense(name: str, **args):

@@ -197,7 +197,7 @@ def test_a_failing_defense_stops_the_run_naming_the_plugin(tmp_path, register, c
     assert "Traceback" not in err and not (tmp_path / "run" / "result.json").exists()
 
 
-def test_an_error_of_the_release_cache_is_not_blamed_on_the_defense(tmp_path, monkeypatch):
+def test_an_error_of_the_release_cache_is_not_blamed_on_the_defense(warm_cache, monkeypatch):
     """Only the defense's own release is checked and named as the defense's: a store that cannot write
     (a full disk) stays the cache's error, never "defense 't2t' raised OSError in release()"."""
     from rapt_audit.api.errors import PluginError
@@ -208,7 +208,7 @@ def test_an_error_of_the_release_cache_is_not_blamed_on_the_defense(tmp_path, mo
     def full_disk(self, key, release):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     monkeypatch.setattr(cache.ReleaseStore, "save", full_disk)
     with pytest.raises(OSError, match="No space left") as caught:
         compute(RunConfig(defense="t2t", attacks="random_guess", profile="smoke", dataset="synthetic",

@@ -110,10 +110,10 @@ def test_length_batches_cover_every_row_once_an_epoch_and_cut_padding():
     assert padded(first) < 0.75 * padded(random)  # measured here: about 0.6 of the positions
 
 
-def test_a_run_records_the_precision_its_networks_used(tmp_path, monkeypatch):
+def test_a_run_records_the_precision_its_networks_used(warm_cache, tmp_path, monkeypatch):
     from rapt_audit.pipeline.runner import compute
 
-    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     result = compute(RunConfig(defense="t2t", attacks="random_guess", profile="smoke", dataset="synthetic",
                                precision="bf16", defense_args={"eta": 75, "method": "prompt", "epochs": 1},
                                data_args={"victim_train": 60, "victim_test": 30}))

@@ -112,9 +112,9 @@ SMALL = ["--profile", "smoke", "--dataset", "synthetic", "--attacks", "random_gu
 
 
 @pytest.fixture()
-def corpus(tmp_path, monkeypatch):
+def corpus(warm_cache, tmp_path, monkeypatch):
     """A small public corpus and a private cache folder for the adapted encoders."""
-    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     path = tmp_path / "public.txt"
     path.write_text("\n".join(["the committee approved the new budget after a long debate",
                                "rain is expected across the north of the country tomorrow",

@@ -273,14 +273,14 @@ def test_the_audit_command_catches_faults_planted_in_the_products_noise(defense,
         assert verdicts[0] == "VIOLATION", printed  # the nearest pair, whose claim is the strongest
 
 
-def test_pct2t_support_holds_and_a_cross_category_release_is_caught(tmp_path):
+def test_pct2t_support_holds_and_a_cross_category_release_is_caught(warm_pos_cache):
     """PCT2T releases a word of the input's own POS category; a planted PCT2T that decodes among all
     whole words (across categories) is a certain VIOLATION of that claimed support."""
     from rapt_audit.mechanisms.audit import audit_support
     from rapt_audit.mechanisms.engines import pos_groups, word_engine
     from rapt_audit.pipeline.context import RunContext
 
-    ctx = RunContext(cache_dir=tmp_path)
+    ctx = RunContext(cache_dir=warm_pos_cache)
     nouns = pos_groups(ctx)["noun"]
     row_of = {word: row for row, word in enumerate(word_engine(ctx, "pos").words)}  # the space's rows come first
 

@@ -26,6 +26,9 @@ from rapt_audit.utility.customize import (
 from rapt_audit.utility.on_device import tokenize
 
 load()
+# RAPT reads PCT2T's POS lexicon: the `ctx` fixture's cache folder is seeded with the session's
+# (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("_pos_template")
 
 TEXTS = ["a wonderful , moving film", "dull and tedious from start to end", "the cast is superb",
          "a boring mess", "sharp , funny and warm", "i hated every minute", "a joy to watch", "clumsy and flat"]

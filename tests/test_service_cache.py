@@ -22,8 +22,8 @@ def _run(precision: str = "fp32", eta: float = 75):
 
 
 @pytest.fixture()
-def cache(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))
+def cache(warm_cache, tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     return tmp_path / "cache" / "services"
 
 

@@ -58,8 +58,8 @@ def test_a_plain_text_defense_has_no_eta_replacement_or_pretraining():
     assert {"eta", "replacement", "pretrain", "unit"} <= set(t2t) and issubclass(DEFENSES.get("t2t"), DchiTextDefense)
 
 
-def test_a_plain_text_defense_runs_and_reports_without_eta(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))
+def test_a_plain_text_defense_runs_and_reports_without_eta(warm_cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     DEFENSES.add("word_drop", WordDrop)
     try:
         result = compute(RunConfig(defense="word_drop", attacks="random_guess,whitebox", profile="smoke",

@@ -20,6 +20,13 @@ RECORDS = [Record(uid=f"s/{i}", text=f"alice met bob in paris on day {i} and the
            for i in range(6)]
 
 
+@pytest.fixture(autouse=True)
+def _warm(tmp_path: Path, seed_pos_cache) -> None:
+    """Each test's cache folder starts with the session's embedding table and POS lexicon (tests/conftest.py):
+    what is tested here is the text store."""
+    seed_pos_cache(tmp_path)
+
+
 def _context(tmp_path: Path, seed: int = 3) -> RunContext:
     ctx = RunContext(seed=seed, profile="smoke", device="cpu", cache_dir=tmp_path)
     ctx.text_releases = TextReleaseStore(tmp_path / "texts", ctx=ctx, model_fingerprint="test-weights")

@@ -77,8 +77,8 @@ def test_a_plugin_without_a_threat_model_is_undeclared_and_a_wrong_one_is_refuse
     assert problem is not None and re.search(r"threat_model must be a rapt_audit ThreatModel .* got dict", problem)
 
 
-def test_a_run_records_each_attacks_threat_model(tmp_path, monkeypatch):
-    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))
+def test_a_run_records_each_attacks_threat_model(warm_cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     ATTACKS.add("plain_attack", _Attack)
     try:
         result = compute(RunConfig(defense="identity", attacks="random_guess,plain_attack", profile="smoke",

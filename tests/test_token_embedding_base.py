@@ -95,8 +95,8 @@ def test_a_token_embedding_plugin_passes_the_conformance_battery(registered):
     assert report.passed and not report.skipped, report.format()
 
 
-def test_a_token_embedding_plugin_runs_and_reports_without_eta(registered, tmp_path, monkeypatch):
-    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))
+def test_a_token_embedding_plugin_runs_and_reports_without_eta(warm_cache, registered, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     result = compute(RunConfig(defense="gaussian_rows", attacks="random_guess", profile="smoke",
                                dataset="synthetic", defense_args={"sigma": 0.1, "method": "probe"}))
     assert set(result.defense["params"]) == {"sigma"} | TOKEN_SERVICE_PARAMETERS

@@ -3,6 +3,8 @@ named entities that go through as they were."""
 
 from __future__ import annotations
 
+import pytest
+
 import rapt_audit
 from rapt_audit.mechanisms import verbatim
 from rapt_audit.mechanisms.calibration import ReplacementCount
@@ -122,6 +124,7 @@ def test_privatize_reports_what_went_through():
     assert counts["number"]["found"] == 5 and counts["number"]["verbatim"] < 5  # eta = 1 replaces almost every token
 
 
+@pytest.mark.usefixtures("_pos_template")  # PCT2T's lexicon joins `ctx`'s cache folder (tests/conftest.py)
 def test_text_release_records_the_verbatim_summary(ctx, synthetic_splits):
     from rapt_audit.api.params import make_plugin
     from rapt_audit.api.plugins import DEFENSES, load

@@ -290,11 +290,12 @@ def vocabulary_lexicon(load_nlp: Callable[[], Any], words: Sequence[str], *,
     return lexicon
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=8)
 def _isolated_tags(nlp, words: tuple[str, ...]) -> frozenset[tuple[str, str]]:  # noqa: ANN001 - spacy.Language
     """(word, category) of each word's tag when tagged alone (a word the tagger splits has none), kept for
     the process: tagging the 60,000 words of a lexicon takes about 20 s on one core, and a test session
-    builds lexicons in many cache folders."""
+    builds lexicons in many cache folders. Room for 8 word lists: with 2, lexicons of a few words (tests)
+    pushed the vocabulary's out and the next cache folder tagged it all again."""
     member: set[tuple[str, str]] = set()
     for word, doc in zip(words, nlp.pipe(words, batch_size=2048)):
         if len(doc) != 1:
@@ -331,12 +332,12 @@ def _admitted(words: Iterable[str], known: set[str], admit: Callable[[Sequence[s
     return [w for w, ok in zip(others, admit(others)) if ok]
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=8)
 def public_tag_counts(nlp, texts: tuple[str, ...]) -> Counter[tuple[str, str]]:  # noqa: ANN001 - spacy.Language
     """How often public ``texts`` tag each (normalised word, category), kept for the process.
 
     Tagging WikiText-2 takes about 20 s on one core; a process that builds lexicons in several cache
-    folders (a test session) tags it once.
+    folders (a test session) tags it once (:func:`_isolated_tags` says why 8).
     """
     seen: Counter[tuple[str, str]] = Counter()
     for row in ptb_tags(nlp, texts):
