@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import deque
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
 from rapt_audit.api.files import write_json_atomic
-from rapt_audit.api.outputs import STDIO, check_outputs
+from rapt_audit.api.outputs import STDIO, check_outputs, file_target
 from rapt_audit.cli.options import defense_params
 from rapt_audit.user_side.formats import FORMATS, Item, Layout, Writer, open_input, read_items, write_output
 from rapt_audit.user_side.privatizer import Privatizer
@@ -83,7 +82,7 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     """Privatize the input record by record; write the output and the sidecar record."""
     layout = Layout.for_path(args.input, args.format, args.field)
     # The default sidecar sits beside a file; a stream (-, a FIFO, /dev/null) has none unless --sidecar names it.
-    streamed = args.out in (None, STDIO) or (os.path.exists(args.out) and not os.path.isfile(args.out))
+    streamed = args.out in (None, STDIO) or file_target(args.out, name="--out")[1]
     sidecar = args.sidecar or (None if streamed else f"{args.out}.privatize.json")
     # The output rule, before the model loads: never the input, never each other, never a device.
     check_outputs([("--out", 1 if args.out in (None, STDIO) else args.out), ("--sidecar", sidecar)],

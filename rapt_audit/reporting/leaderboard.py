@@ -25,16 +25,13 @@ from rapt_audit.reporting.summary import Group, fmt_estimate, fmt_outcome, group
 from rapt_audit.scoring.metrics import arrow
 
 
-_cell = markdown_text  # the one escaping of a string from a result, a file or the command line
-
-
 def _name(name: str) -> str:
     """A name or signature as code when it holds no markup, else as escaped text (a backtick would end the code)."""
-    return f"`{name}`" if re.fullmatch(r"[\w.:@/=,+|%()-]+", str(name)) else _cell(name)
+    return f"`{name}`" if re.fullmatch(r"[\w.:@/=,+|%()-]+", str(name)) else markdown_text(name)
 
 
 def _short_sha(sha: str) -> str:
-    return _cell(sha[:12] + ("-dirty" if sha.endswith("-dirty") else ""))
+    return markdown_text(sha[:12] + ("-dirty" if sha.endswith("-dirty") else ""))
 
 
 def _link(report: str | None, anchor: str) -> str:
@@ -47,10 +44,10 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
     first = group.first
     ds = first.dataset
     measured = group.measured_attacks
-    splits = "/".join(_cell(ds.get("splits", {}).get(k, "?"))
+    splits = "/".join(markdown_text(ds.get("splits", {}).get(k, "?"))
                       for k in ("victim_train", "victim_test", "attacker_train", "attacker_valid"))
-    lines = [f"## {_cell(ds.get('name'))} · profile {_cell(first.config.get('profile'))} · "
-             f"model {_cell(first.config.get('model'))}",
+    lines = [f"## {markdown_text(ds.get('name'))} · profile {markdown_text(first.config.get('profile'))} · "
+             f"model {markdown_text(first.config.get('model'))}",
              "",
              f"Signature {_name(group.signature)} · splits victim train/test, attacker train/valid = {splits}"
              + (f" · {_link(report, group.anchor)}" if report else ""), ""]
@@ -59,9 +56,9 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
                   "nothing about real-world privacy.", ""]
     util = group.utility_metrics
     # Each utility's declared direction (an error such as embedding_mse is lower-is-better), as the console says.
-    head = ["defense", "setting", "seeds"] + [f"{_cell(m)} {arrow(m)}".rstrip() for m in util]
+    head = ["defense", "setting", "seeds"] + [f"{markdown_text(m)} {arrow(m)}".rstrip() for m in util]
     # An attack whose headline is its own measure (ae_inversion's reconstruction MSE) says so in its column.
-    head += [f"{_cell(a)} ↑" + ("" if group.measure_note(a) is None else f" ({_cell(group.headline(a))})")
+    head += [f"{markdown_text(a)} ↑" + ("" if group.measure_note(a) is None else f" ({markdown_text(group.headline(a))})")
              for a in measured]
     head += ["report"] if report else []
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3 - bool(report))
@@ -71,19 +68,19 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
                  ",".join(map(str, row.seeds))]
         cells += [fmt_estimate(row.utility[m]) if m in row.utility else "—" for m in util]
         # A failure's message comes from a plugin: escaped like every other text from a result file.
-        cells += [fmt_estimate(o) if isinstance(o := row.privacy.get(a), Estimate) else _cell(fmt_outcome(o))
+        cells += [fmt_estimate(o) if isinstance(o := row.privacy.get(a), Estimate) else markdown_text(fmt_outcome(o))
                   for a in measured]
         if report:
             cells.append(_link(report, row.anchor))
-        cells[:2] = [_cell(c) for c in cells[:2]]  # the defense and setting come from the result file
+        cells[:2] = [markdown_text(c) for c in cells[:2]]  # the defense and setting come from the result file
         lines.append("| " + " | ".join(cells) + " |")
     measures = {a: note for a in measured if (note := group.measure_note(a))}
     if measures:
         lines += ["", "Not 1 − attack success: " + "; ".join(
-            f"{_name(a)} reports {_cell(note)}" for a, note in measures.items()) + "."]
+            f"{_name(a)} reports {markdown_text(note)}" for a, note in measures.items()) + "."]
     if group.skipped_attacks:
         lines += ["", "Not applicable here: " + "; ".join(
-            f"{_name(a)} ({_cell(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
+            f"{_name(a)} ({markdown_text(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
     return lines + [""]
 
 
@@ -91,10 +88,10 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
                        preamble: str = "") -> str:
     """The Markdown text of the leaderboard for the results in ``coll``."""
     groups = group_results(coll.results)
-    profiles = sorted({_cell(i.result.config.get("profile")) for i in coll.results})
+    profiles = sorted({markdown_text(i.result.config.get("profile")) for i in coll.results})
     shas = sorted({str(i.result.env.get("git_sha")) for i in coll.results})
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"# {_cell(title)}", "",
+    lines = [f"# {markdown_text(title)}", "",
              f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "
              f"group(s); rendered {now} by `rapt-audit leaderboard` from stored results (git "
              f"{', '.join(_short_sha(s) for s in shas)}). Do not edit by hand.", "",
@@ -108,7 +105,7 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
         lines += ["> **WARNING: some rows come from SYNTHETIC DEMO DATA** and say nothing about real-world privacy.", ""]
     if coll.problems:
         lines += ["Inputs left out:", ""]
-        lines += [f"- {_name(str(p.path))}: {_cell(p.message)}" for p in coll.problems] + [""]
+        lines += [f"- {_name(str(p.path))}: {markdown_text(p.message)}" for p in coll.problems] + [""]
     for group in groups:
         lines += group_table(group, report=report)
     return "\n".join(lines).rstrip() + "\n"
