@@ -9,4 +9,13 @@ vocabulary and embeddings from :mod:`rapt_audit.encoder` and re-run a defense on
 public ``release``.
 """
 
-from rapt_audit.attacks import ae_inversion, attribute, mlp_inversion, mutual_info, ner, random_guess, whitebox  # noqa: F401
+from rapt_audit.attacks import (  # noqa: F401
+    ae_inversion,
+    attribute,
+    bow_inversion,
+    mlp_inversion,
+    mutual_info,
+    ner,
+    random_guess,
+    whitebox,
+)

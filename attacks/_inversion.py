@@ -6,20 +6,22 @@ the epoch on its own validation records — never on the victim's. :class:`Learn
 holds the parameters this takes and the three steps that do not depend on the network:
 
 * :meth:`~LearnedTokenInversion._attacker_data` — the attacker's train / valid records released
-  through the defense, as token views and units;
+  through the defense, as token views and units (and the content-token unit's prior, fitted on them);
 * :meth:`~LearnedTokenInversion._train` — the one training loop
-  (:func:`rapt_audit.utility.training.fit`) with early stopping on attacker-valid data;
+  (:func:`rapt_audit.utility.training.fit`) with early stopping on attacker-valid data, through
+  :class:`SelectedTraining`, the training parameters ``bow_inversion`` shares;
 * :meth:`~LearnedTokenInversion._trained_or_read` — the trained network read back from the disk
   cache when the same released features were trained on before (issue #29: a sweep's re-run, an
   added attack, a warm smoke run), else trained and stored;
 * :meth:`~LearnedTokenInversion._victim_views` — the victim release as views, after checking that
-  the attack was fitted, that the data are disjoint and that the release is of the trained kind.
+  the attack was fitted, that the data are disjoint and that the release is of the trained kind;
+* :meth:`~LearnedTokenInversion._content` — the top-1 guesses scored in the content-token unit
+  (``content_f1``, ``content_privacy``...), reported beside each attack's own metrics.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,13 +31,23 @@ import numpy as np
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat, PositiveInt, get_params
-from rapt_audit.api.types import AttackerData, Record, Release, Skip
+from rapt_audit.api.types import AttackerData, Estimate, Record, Release, Skip
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
-from rapt_audit.attacks._token_views import TokenView, Units, build_views, release_kind, units_of, views_for
+from rapt_audit.attacks._token_views import (
+    TokenView,
+    Units,
+    build_views,
+    content_metrics,
+    content_prior,
+    release_kind,
+    units_of,
+    views_for,
+)
 from rapt_audit.encoder.models import model_fingerprint
+from rapt_audit.scoring.content_tokens import ContentPrior
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.utility.state_cache import cached_state, code_digest
+from rapt_audit.utility.state_cache import array_digest, cached_state, code_digest
 from rapt_audit.utility.training import EarlyStopping, TrainOutcome, adam, fit, shuffled, supervised_loss
 
 
@@ -45,16 +57,16 @@ CODE_VERSION = code_digest(__file__, training.__file__, *(Path(__file__).with_na
 
 
 @dataclass
-class LearnedTokenInversion(CheckedParams):
-    """Parameters and shared steps of a learned, adaptive token-inversion attack (a base, not a plugin).
+class SelectedTraining(CheckedParams):
+    """Training parameters of a learned, adaptive attack whose epoch is chosen on attacker-valid data (a base,
+    not a plugin): the token-inversion attacks below and ``bow_inversion``.
 
     Attributes:
         hidden: Width of the network's hidden layers.
         epochs: Most training epochs (the best one on attacker-valid data is kept).
-        batch_size: Tokens per training step.
+        batch_size: Examples (tokens, or records) per training step.
         lr: Adam's learning rate.
         weight_decay: Adam's weight decay.
-        context: Append the frozen encoder's contextual state to each token's released vector.
         patience: Epochs without a better attacker-valid score before training stops.
         min_train_records: Fewest attacker-train records the attack accepts.
         min_valid_records: Fewest attacker-valid records the attack accepts.
@@ -65,10 +77,46 @@ class LearnedTokenInversion(CheckedParams):
     batch_size: PositiveInt = 256
     lr: PositiveFloat = 1e-3
     weight_decay: NonNegativeFloat = 0.0
-    context: bool = True
     patience: PositiveInt = 3
     min_train_records: PositiveInt = 20
     min_valid_records: PositiveInt = 5
+
+    def _require_sizes(self, aux: AttackerData) -> None:
+        """A :class:`DataError` saying how much data the attack needs when ``aux`` holds too little."""
+        require_size(aux.train, self.min_train_records, attack=self.name, what="attacker-train")
+        require_size(aux.valid, self.min_valid_records, attack=self.name, what="attacker-valid")
+
+    def _train_selected(self, net: Any, x: np.ndarray, y: np.ndarray, *, criterion: Callable[[Any, Any], Any],
+                        valid_score: Callable[[Any], float], seed: int, ctx: RunContext) -> TrainOutcome:
+        """Train ``net`` with epoch selection on the attacker's validation data (the one training loop,
+        :func:`rapt_audit.utility.training.fit`).
+
+        Adam with ``lr`` and ``weight_decay``, batches of ``batch_size`` in an order seeded by ``seed``
+        (initialisation is seeded by the caller), at most ``epochs`` epochs with ``patience``.
+        ``valid_score(net)`` is maximised and reads attacker-valid data only (never the victim's
+        records). The untrained network (epoch 0) is a candidate too, so a model that never beats its
+        initialisation on validation data is reported as such instead of overfitting. Forward passes
+        run in the run's precision (``ctx.precision``) on its device.
+        """
+        return fit(net, loss=supervised_loss(net, x, y, criterion, device=ctx.device),
+                   batches=shuffled(len(x), int(self.batch_size), rng=np.random.default_rng(seed)),
+                   optimizer=adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay, fused=True),
+                   stop=EarlyStopping(int(self.epochs), valid_score, patience=int(self.patience), untrained=True),
+                   autocast=functools.partial(autocast, ctx.device, ctx.precision))
+
+
+@dataclass
+class LearnedTokenInversion(SelectedTraining):
+    """Parameters and shared steps of a learned, adaptive token-inversion attack (a base, not a plugin).
+
+    Attributes:
+        context: Append the frozen encoder's contextual state to each token's released vector.
+
+    ``hidden``, ``epochs``, ``batch_size`` (tokens per step), ``lr``, ``weight_decay``, ``patience`` and
+    ``min_*_records``: see :class:`SelectedTraining`.
+    """
+
+    context: bool = True
 
     _aux: AttackerData | None = field(default=None, init=False, repr=False)
     _kind: str = field(default="", init=False, repr=False)
@@ -76,23 +124,25 @@ class LearnedTokenInversion(CheckedParams):
     _mean: np.ndarray | None = field(default=None, init=False, repr=False)
     _std: np.ndarray | None = field(default=None, init=False, repr=False)
     _fit_details: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _content_prior: ContentPrior | None = field(default=None, init=False, repr=False)
 
     def _attacker_data(self, aux: AttackerData, defense: Any, *, ctx: RunContext
                        ) -> tuple[list[TokenView], list[TokenView], Units, Units]:
         """The attacker's train and valid records released through ``defense``: views, then units.
 
-        Remembers ``aux`` (to check disjointness from the victim later) and the release kind.
+        Remembers ``aux`` (to check disjointness from the victim later), the release kind and the
+        release-ignoring prior of the content-token unit (fitted on ``aux``'s texts).
 
         Raises:
             Skip: when the defense releases nothing token-level (before any work).
             DataError: when the attacker has too few records, or no aligned regular token to learn from.
         """
         release_kind(frozenset(getattr(defense, "exposes", frozenset())), attack=self.name)
-        require_size(aux.train, self.min_train_records, attack=self.name, what="attacker-train")
-        require_size(aux.valid, self.min_valid_records, attack=self.name, what="attacker-valid")
+        self._require_sizes(aux)
         train_release = adaptive_release(defense, aux.train, ctx=ctx)
         valid_release = adaptive_release(defense, aux.valid, ctx=ctx)
         self._aux, self._kind = aux, release_kind(train_release.kinds, attack=self.name)
+        self._content_prior = content_prior(aux, self._kind)
         train_views = build_views(train_release, aux.train, ctx=ctx, kind=self._kind)
         valid_views = build_views(valid_release, aux.valid, ctx=ctx, kind=self._kind)
         train_units = units_of(train_views)
@@ -108,21 +158,8 @@ class LearnedTokenInversion(CheckedParams):
 
     def _train(self, x: np.ndarray, y: np.ndarray, *, criterion: Callable[[Any, Any], Any],
                valid_score: Callable[[Any], float], seed: int, ctx: RunContext) -> TrainOutcome:
-        """Train ``self._net`` with epoch selection on the attacker's validation data.
-
-        Adam with ``lr`` and ``weight_decay``, batches of ``batch_size`` in an order seeded by ``seed``
-        (initialisation is seeded by the caller), at most ``epochs`` epochs with ``patience``.
-        ``valid_score(net)`` is maximised and reads attacker-valid data only (never the victim's
-        records). The untrained network (epoch 0) is a candidate too, so a model that never beats its
-        initialisation on validation data is reported as such instead of overfitting. Forward passes
-        run in the run's precision (``ctx.precision``) on its device.
-        """
-        net = self._net
-        return fit(net, loss=supervised_loss(net, x, y, criterion, device=ctx.device),
-                   batches=shuffled(len(x), int(self.batch_size), rng=np.random.default_rng(seed)),
-                   optimizer=adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay, fused=True),
-                   stop=EarlyStopping(int(self.epochs), valid_score, patience=int(self.patience), untrained=True),
-                   autocast=functools.partial(autocast, ctx.device, ctx.precision))
+        """Train ``self._net`` (:meth:`~SelectedTraining._train_selected`)."""
+        return self._train_selected(self._net, x, y, criterion=criterion, valid_score=valid_score, seed=seed, ctx=ctx)
 
     def _trained_or_read(self, train_feats: np.ndarray, train_units: Units, valid_feats: np.ndarray,
                          valid_units: Units, *, train: Callable[[], dict[str, Any]], ctx: RunContext
@@ -139,13 +176,9 @@ class LearnedTokenInversion(CheckedParams):
         Returns:
             The training record and whether the weights came from the cache.
         """
-        digest = hashlib.sha256()
-        for array in (train_feats, train_units.target_row, train_units.source,
-                      valid_feats, valid_units.target_row, valid_units.source):
-            array = np.ascontiguousarray(array)
-            digest.update(f"{array.dtype}{array.shape}".encode("ascii"))
-            digest.update(array.tobytes())
-        signature = {"attack": self.name, "params": get_params(self), "data": digest.hexdigest(),
+        data = array_digest(train_feats, train_units.target_row, train_units.source,
+                            valid_feats, valid_units.target_row, valid_units.source)
+        signature = {"attack": self.name, "params": get_params(self), "data": data,
                      "model": model_fingerprint(ctx.model, cache_dir=ctx.cache_dir), "seed": ctx.seed, "device": ctx.device,
                      "precision": ctx.precision, "code": CODE_VERSION}
         net = self._net
@@ -158,6 +191,13 @@ class LearnedTokenInversion(CheckedParams):
         _, record, cached = cached_state(ctx.cache_dir / "attacks", signature, device=ctx.device,
                                          train=lambda: (net, train()), restore=restore)
         return record, cached
+
+    def _content(self, guess_rows: np.ndarray, units: Units, truth: Sequence[Record], *, ctx: RunContext
+                 ) -> dict[str, Estimate]:
+        """Content-token recovery of the top-1 ``guess_rows`` (``-1``: no guess), reported beside the attack's own
+        metrics (:func:`~rapt_audit.attacks._token_views.content_metrics`)."""
+        return content_metrics(guess_rows, units, truth, kind=self._kind, prior=self._content_prior,
+                               attack=self.name, ctx=ctx)
 
     def _victim_views(self, release: Release, truth: Sequence[Record], *, ctx: RunContext
                       ) -> tuple[list[TokenView], Units]:
@@ -175,3 +215,4 @@ class LearnedTokenInversion(CheckedParams):
             raise Skip(f"{self.name} was trained on {self._kind} releases but the victim release holds {kind}")
         _, views = views_for(release, truth, ctx=ctx, attack=self.name, supported=(kind,))
         return views, units_of(views)
+

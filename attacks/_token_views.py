@@ -14,22 +14,26 @@ Scoring counts *regular* original tokens only (those with a row in the embedding
 ``[UNK]`` and special-token strings typed in the text have none and cannot be released by any
 defense). An original token without a released counterpart counts as not recovered.
 
+:func:`content_prior` and :func:`content_metrics` put the attacks' per-token guesses in the unit every
+inversion attack reports beside its own, content-token recovery (:mod:`rapt_audit.scoring.content_tokens`).
 The helpers at the bottom (features with contextual states, nearest rows) serve the learned
 attacks (``attacks/_inversion.py``); torch is imported lazily inside them.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from rapt_audit.api.context import RunContext
-from rapt_audit.api.types import Estimate, Record, Release, Skip, pair_text
+from rapt_audit.api.types import AttackerData, Estimate, Record, Release, Skip, pair_text
 from rapt_audit.mechanisms.align import align
 from rapt_audit.encoder.encode import input_rows, padded_inputs, to_device, token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.scoring.content_tokens import ContentPrior, content_scores, content_tokens, fit_prior, join_pieces
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.scoring.stats import bootstrap_mean
 
@@ -207,6 +211,32 @@ def per_record_mean(values: np.ndarray, units: Units, n_views: int, *, rng: np.r
     sums = np.bincount(units.record, weights=values.astype(float), minlength=n_views)
     means = np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0)
     return bootstrap_mean(means, weights=counts, rng=rng)
+
+
+def content_prior(aux: AttackerData, kind: str) -> ContentPrior:
+    """The release-ignoring prior of the content-token unit, fitted on the attacker's texts as the defense
+    privatizes them for a release of ``kind`` (:func:`original_text`)."""
+    return fit_prior(aux, text=functools.partial(original_text, kind=kind))
+
+
+def content_metrics(guess_rows: np.ndarray, units: Units, truth: Sequence[Record], *, kind: str,
+                    prior: ContentPrior, attack: str, ctx: RunContext) -> dict[str, Estimate]:
+    """Content-token recovery (:func:`~rapt_audit.scoring.content_tokens.content_scores`) of top-1 guesses.
+
+    Each record's guessed tokens (``guess_rows``: a regular-vocabulary row per unit, ``-1`` for no guess),
+    in position order, are joined into words (sub-word pieces glued back by the vocabulary's own
+    continuation rule) and scored against the content tokens of the text the defense privatized.
+    Bootstrap draws come from a generator of their own, so adding these metrics moves no other number.
+    """
+    space = embedding_space(ctx)
+    rows: list[list[int]] = [[] for _ in truth]
+    for record, row in zip(units.record.tolist(), np.asarray(guess_rows).tolist()):
+        rows[record].append(row)
+    guesses = [content_tokens(join_pieces([space.tokens[r] if r >= 0 else None for r in seq],
+                                          [r >= 0 and bool(space.is_continuation[r]) for r in seq]))
+               for seq in rows]
+    truths = [content_tokens(original_text(r, kind)) for r in truth]
+    return content_scores(guesses, truths, prior, rng=ctx.rng("attack", attack, "content"))
 
 
 def features(views: Sequence[TokenView], *, ctx: RunContext, context: bool) -> np.ndarray:

@@ -46,7 +46,10 @@ class AEInversionAttack(LearnedTokenInversion):
       bounded). An original token with no aligned released token gets the attacker's best constant
       guess, the mean attacker-train target (it has nothing else to go on);
     * ``token_accuracy`` — how often the nearest regular vocabulary embedding of x̂ is the original
-      token (unaligned originals are misses).
+      token (unaligned originals are misses);
+    * ``content_f1``, ``content_privacy`` and the rest of the content-token unit
+      (:mod:`rapt_audit.scoring.content_tokens`) — those nearest tokens joined into words, each record's
+      set of content words against the original's.
 
     ``details["prior_mse"]`` is the MSE of the constant guess on the victim tokens: an attack that
     learned nothing scores about that much.
@@ -131,7 +134,8 @@ class AEInversionAttack(LearnedTokenInversion):
         hits = units.aligned & (nearest == units.target_row)
         rng = ctx.rng("attack", self.name)
         mse = per_record_mean(sq_err, units, len(views), rng=rng)
-        metrics = {"reconstruction_mse": mse, "token_accuracy": accuracy(hits, units, len(views), rng=rng)}
+        metrics = {"reconstruction_mse": mse, "token_accuracy": accuracy(hits, units, len(views), rng=rng),
+                   **self._content(np.where(units.aligned, nearest, -1), units, truth, ctx=ctx)}
         details = {**self._fit_details, "unit": "model tokenizer token (regular vocabulary only)",
                    "mse_definition": "mean over tokens of the squared L2 error summed over dimensions (RAPT)",
                    "dims": int(target.shape[1]), "tokens_scored": int(units.source.size), "records": len(views),

@@ -41,7 +41,9 @@ class MLPInversionAttack(LearnedTokenInversion):
     no aligned released token, counts as a miss; the fraction of victim tokens inside the classes is
     reported as ``class_coverage`` (the attack's ceiling). ``majority_baseline`` is the accuracy of
     always guessing the attacker's most frequent token, the floor a learned attack must beat.
-    Empirical privacy = 1 − top-1 token accuracy.
+    Empirical privacy = 1 − top-1 token accuracy. The top-1 guesses, joined into words, are also scored
+    in the content-token unit every inversion attack reports (``content_f1``, ``content_privacy``:
+    :mod:`rapt_audit.scoring.content_tokens`).
 
     Output head. With ``nn_head`` (default) the MLP outputs a correction δ of the released vector v
     and class c scores ``b_c + s·(h·e_c − ‖e_c‖²/2)`` with ``h = v + δ``: a learned token prior b_c
@@ -222,7 +224,8 @@ class MLPInversionAttack(LearnedTokenInversion):
         metrics = {"token_accuracy": top1,
                    "token_accuracy_top5": accuracy((guesses == units.target_row[:, None]).any(axis=1), units,
                                                    len(views), rng=rng),
-                   "majority_baseline": accuracy(units.target_row == self._majority_row, units, len(views), rng=rng)}
+                   "majority_baseline": accuracy(units.target_row == self._majority_row, units, len(views), rng=rng),
+                   **self._content(guesses[:, 0], units, truth, ctx=ctx)}
         details = {**self._fit_details, "unit": "model tokenizer token (regular vocabulary only)",
                    "tokens_scored": int(units.source.size), "records": len(views),
                    "aligned_fraction": aligned_fraction(units),

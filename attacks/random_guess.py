@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
@@ -14,14 +13,8 @@ from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import RELEASE_KINDS, AttackerData, AttackResult, Record, Release, Skip
 from rapt_audit.attacks._base import BaseAttack
+from rapt_audit.scoring.content_tokens import ContentPrior, content_scores, content_tokens, fit_prior, words
 from rapt_audit.scoring.stats import bootstrap_mean
-
-_WORD = re.compile(r"\w+(?:'\w+)?", re.UNICODE)
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased word tokens of ``text`` (letters, digits and inner apostrophes)."""
-    return [w.lower() for w in _WORD.findall(text)]
 
 
 @ATTACKS.register("random_guess", tags=("baseline",))
@@ -33,6 +26,10 @@ class RandomGuessAttack(BaseAttack):
     attribute by sampling the attacker's marginal distribution of that attribute. Success is
     word-level recovery accuracy (records are the bootstrap unit); empirical privacy is
     ``1 - token_accuracy``. Attribute accuracies are reported next to it.
+
+    In the content-token unit of the inversion attacks (:mod:`rapt_audit.scoring.content_tokens`) its guess
+    is the release-ignoring prior itself (the attacker's most common content words, as many as do best on
+    its validation texts), scored like every other guess: ``content_privacy`` comes out at 1.
     """
 
     requires: ClassVar[frozenset[str]] = RELEASE_KINDS
@@ -43,6 +40,7 @@ class RandomGuessAttack(BaseAttack):
     _vocab: list[str] = field(default_factory=list, init=False, repr=False)
     _vocab_p: np.ndarray | None = field(default=None, init=False, repr=False)
     _attributes: dict[str, tuple[list[str], np.ndarray]] = field(default_factory=dict, init=False, repr=False)
+    _content_prior: ContentPrior | None = field(default=None, init=False, repr=False)
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> RandomGuessAttack:
         """Estimate the unigram and attribute priors from the attacker's training data."""
@@ -52,6 +50,7 @@ class RandomGuessAttack(BaseAttack):
         self._vocab = sorted(counts)
         freq = np.array([counts[w] for w in self._vocab], dtype=float)
         self._vocab_p = freq / freq.sum()
+        self._content_prior = fit_prior(aux)
         names = sorted({k for r in aux.train for k in r.attributes})
         for attr in names:
             values = Counter(r.attributes[attr] for r in aux.train if attr in r.attributes)
@@ -82,5 +81,8 @@ class RandomGuessAttack(BaseAttack):
             guesses = rng.choice(len(labels), size=len(scored), p=p)
             correct = np.array([labels[g] == r.attributes[attr] for g, r in zip(guesses, scored)], float)
             metrics[f"attribute_accuracy.{attr}"] = bootstrap_mean(correct, rng=rng)
+        prior = self._content_prior
+        metrics.update(content_scores([prior.guess()] * len(truth), [content_tokens(r.text) for r in truth], prior,
+                                      rng=ctx.rng("attack", self.name, "content")))
         return AttackResult(token_accuracy.complement(), metrics,
-                            {"unit": "word", "vocabulary_size": len(self._vocab)})
+                            {"unit": "word", "vocabulary_size": len(self._vocab), "content_prior_k": prior.k})

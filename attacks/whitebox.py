@@ -18,13 +18,17 @@ from rapt_audit.attacks._base import check_disjoint
 from rapt_audit.attacks._token_views import (
     accuracy,
     aligned_fraction,
+    content_metrics,
+    content_prior,
     nearest_rows,
+    release_kind,
     stack_released,
     units_of,
     views_for,
 )
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.engines import vocabulary_index
+from rapt_audit.scoring.content_tokens import ContentPrior
 from rapt_audit.scoring.metrics import METRICS, metric
 
 
@@ -57,8 +61,10 @@ class WhiteboxAttack(CheckedParams):
     ``topk``, 5 by default) is the standard ranked variant: how often the original token is among
     the attacker's k nearest vocabulary entries. The vocabulary, its embeddings and the search come
     from the public model (the encoder layer), never from the defense. The attack has no parameters
-    to learn; ``fit`` only records the attacker's data so that disjointness from the victim can be
-    asserted.
+    to learn; ``fit`` records the attacker's data so that disjointness from the victim can be
+    asserted, and fits the release-ignoring prior of the content-token unit on it: the top-1 guesses,
+    joined into words, are also reported as ``content_f1`` and ``content_privacy``
+    (:mod:`rapt_audit.scoring.content_tokens`).
     """
 
     requires: ClassVar[frozenset[str]] = frozenset({"texts", "token_embeddings"})
@@ -67,10 +73,13 @@ class WhiteboxAttack(CheckedParams):
 
     topk: Annotated[int, Range(2, note="top-1 is token_accuracy")] = 5
     _aux: AttackerData | None = field(default=None, init=False, repr=False)
+    _content_prior: ContentPrior | None = field(default=None, init=False, repr=False)
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> WhiteboxAttack:
-        """Nothing to learn (the table is public); remember ``aux`` for the disjointness check."""
-        self._aux = aux
+        """Nothing to learn (the table is public); remember ``aux`` for the disjointness check and fit the
+        content-token prior on it, for the kind of release the defense makes."""
+        kind = release_kind(frozenset(getattr(defense, "exposes", frozenset())), attack=self.name)
+        self._aux, self._content_prior = aux, content_prior(aux, kind)
         return self
 
     def attack(self, release: Release, truth: Sequence[Record], *, ctx: RunContext) -> AttackResult:
@@ -106,14 +115,17 @@ class WhiteboxAttack(CheckedParams):
             # Top-1: the certified exact search the T2T mechanism itself decodes with (the same
             # table and index), so whitebox recovery and the defense's replacement count measure the
             # same event.
-            hits = vocabulary_index(ctx).search(vectors) == units.target_row
+            guess_rows = vocabulary_index(ctx).search(vectors)
+            hits = guess_rows == units.target_row
             topk = hits.copy()  # a top-1 hit is a top-k hit; only the misses need the top-k search
             if (~hits).any():
                 rows = nearest_rows(table, vectors[~hits], self.topk, device=ctx.device)
                 topk[~hits] = (rows == units.target_row[~hits, None]).any(axis=1)
             metrics[topk_metric(self.topk)] = accuracy(topk, units, len(views), rng=rng)
         top1 = accuracy(hits, units, len(views), rng=rng)
-        metrics = {"token_accuracy": top1, **metrics}
+        metrics = {"token_accuracy": top1, **metrics,
+                   **content_metrics(guess_rows, units, truth, kind=kind, prior=self._content_prior,
+                                     attack=self.name, ctx=ctx)}
         return AttackResult(top1.complement(), metrics, details)
 
 

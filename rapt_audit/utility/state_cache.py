@@ -29,6 +29,18 @@ def code_digest(*modules: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def array_digest(*arrays: Any) -> str:
+    """sha256 of arrays' dtypes, shapes and bytes, in order: the training data in a signature, in one short string."""
+    import numpy as np  # lazy (numpy)
+
+    digest = hashlib.sha256()
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype}{array.shape}".encode("ascii"))
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def state_key(signature: Mapping[str, Any]) -> str:
     """A short stable digest of a signature (the entry's file name)."""
     return stable_hash(signature)[:16]
@@ -67,4 +79,4 @@ def cached_state(folder: Path, signature: Mapping[str, Any], *, train: Callable[
     return model, record, False
 
 
-__all__ = ["cached_state", "code_digest", "state_key"]
+__all__ = ["array_digest", "cached_state", "code_digest", "state_key"]
