@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -14,6 +15,27 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+#: Most workers ``-n auto`` (addopts) starts: each holds the model and a test's trainings (about 1.5 GB).
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """The number of pytest-xdist workers ``-n auto`` starts: one per core, at most :data:`MAX_WORKERS`.
+
+    None (the tests run in this process) where that would mislead or cost: on one core; with
+    ``--benchmark-enable``, whose timings need the machine to themselves (pytest-benchmark also refuses
+    to time under xdist); and for ``gpu`` tests, which share one device and measure its memory.
+    """
+    from rapt_audit.encoder.threads import available_cores
+
+    markexpr = str(config.getoption("markexpr", "") or "")
+    wants_gpu = re.search(r"(?<!not )\bgpu\b", markexpr) is not None
+    cores = int(available_cores())
+    if config.getoption("benchmark_enable", False) or wants_gpu or cores < 2:
+        return 0
+    return min(cores, MAX_WORKERS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,8 +49,17 @@ def pytest_configure(config: pytest.Config) -> None:
         set_threads(thread_share(available_cores(), int(workers)))
 
 
+#: Where a file runs in the order workers take files (pytest-xdist's ``--dist loadfile`` hands them out in
+#: collection order): the largest file that needs PCT2T's lexicon first, so one worker builds the template
+#: (about 50 s on its one core with WikiText-2 in the data folder) while the other runs files that need
+#: nothing; the other large one last, when the template is there. Every other file keeps its place.
+FILE_ORDER = {"test_conformance.py": -1, "test_docs_commands.py": 1}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``gpu`` tests when torch sees no CUDA device."""
+    """Order files by :data:`FILE_ORDER` (a stable sort: tests keep their order inside a file); skip ``gpu``
+    tests when torch sees no CUDA device."""
+    items.sort(key=lambda item: FILE_ORDER.get(item.path.name, 0))
     if not any("gpu" in item.keywords for item in items):
         return
     import torch
@@ -52,25 +83,63 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 TEMPLATE_ENTRIES = ("fingerprints", "embeddings", "pos")
 
 
-@pytest.fixture(scope="session")
-def _embedding_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache folder with the model's weights fingerprint and embedding table, built once per test session."""
-    from rapt_audit.mechanisms.engines import embedding_space
-    from rapt_audit.pipeline.context import RunContext
+def _built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A cache folder ``name`` built by ``build`` once per test run, whatever the number of workers.
 
-    folder = tmp_path_factory.mktemp("template-cache")
-    embedding_space(RunContext(cache_dir=folder))
+    Under pytest-xdist the folder sits beside the workers' own temporary folders, where every worker of the run
+    sees it: the first worker to need it builds it while the others wait on its lock, then all read it (PCT2T's
+    lexicon takes about 40 s on a worker's one core; built in each worker it cost the run that much twice).
+    """
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    built = folder.with_name(f"{name}.built")  # beside it: seed_cache copies the folder's entries only
+    with FileLock(str(folder.with_name(f"{name}.lock"))):
+        if not built.exists():
+            if folder.exists():  # a build that died half-way: start again from nothing
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            build(folder)
+            built.touch()
     return folder
 
 
 @pytest.fixture(scope="session")
-def _pos_template(_embedding_template: Path) -> Path:
-    """The same folder with PCT2T's POS lexicon and its vectors too (about 20 s to build, once)."""
+def _embedding_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache folder with the model's weights fingerprint and embedding table, built once per test run."""
+    from rapt_audit.mechanisms.engines import embedding_space
+    from rapt_audit.pipeline.context import RunContext
+
+    return _built_once(tmp_path_factory, "template-cache", lambda folder: embedding_space(RunContext(cache_dir=folder)))
+
+
+@pytest.fixture(scope="session")
+def _pos_template(tmp_path_factory: pytest.TempPathFactory, _embedding_template: Path) -> Path:
+    """A cache folder with the embedding table and PCT2T's POS lexicon and its vectors (about 20 s to build,
+    once per test run). A folder of its own: a worker seeding from the embedding template never meets a
+    lexicon half-written by another worker."""
     from rapt_audit.mechanisms.engines import pos_candidates
     from rapt_audit.pipeline.context import RunContext
 
-    pos_candidates(RunContext(cache_dir=_embedding_template))
-    return _embedding_template
+    def build(folder: Path) -> None:
+        seed_cache(_embedding_template, folder)
+        pos_candidates(RunContext(cache_dir=folder))
+        if os.environ.get("RAPT_AUDIT_DATA"):
+            # Public text shapes the lexicon (WikiText-2 from the data folder, else the demo corpus), and tests
+            # run both ways (a subprocess or a command without the folder): keep the other lexicon too. A few
+            # seconds: the vocabulary's own tags, most of the cost, are kept in this process (pos._isolated_tags).
+            with pytest.MonkeyPatch.context() as patch:
+                patch.delenv("RAPT_AUDIT_DATA")
+                pos_candidates(RunContext(cache_dir=folder))
+
+    return _built_once(tmp_path_factory, "template-pos-cache", build)
+
+
+def _richest_template(embedding_template: Path) -> Path:
+    """The POS template where this run has built it already, else the embedding template."""
+    pos = embedding_template.with_name("template-pos-cache")
+    return pos if pos.with_name("template-pos-cache.built").exists() else embedding_template
 
 
 def seed_cache(template: Path, folder: Path) -> Path:
@@ -84,6 +153,8 @@ def seed_cache(template: Path, folder: Path) -> Path:
         for source in sorted((template / entry).rglob("*")):
             if source.is_file():
                 target = folder / source.relative_to(template)
+                if target.exists():  # seeded before (the session's own folder), or built there: same key, same entry
+                    continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 try:
                     os.link(source, target)
@@ -95,8 +166,8 @@ def seed_cache(template: Path, folder: Path) -> Path:
 @pytest.fixture
 def warm_cache(tmp_path: Path, _embedding_template: Path) -> Path:
     """A test's own cache folder (``tmp_path / "cache"``) that already holds the embedding table: for tests
-    whose subject is not how the table is built. PCT2T's lexicon joins where the session has built it."""
-    return seed_cache(_embedding_template, tmp_path / "cache")
+    whose subject is not how the table is built. PCT2T's lexicon joins where the run has built it."""
+    return seed_cache(_richest_template(_embedding_template), tmp_path / "cache")
 
 
 @pytest.fixture
@@ -110,6 +181,16 @@ def seed_pos_cache(_pos_template: Path) -> Callable[[Path], Path]:
     """Seeds a given cache folder as :func:`warm_pos_cache` does (for module-scoped contexts and folders
     that are not ``tmp_path / "cache"``)."""
     return functools.partial(seed_cache, _pos_template)
+
+
+@pytest.fixture(scope="session")
+def session_cache_with_lexicon(tmp_path_factory: pytest.TempPathFactory, seed_pos_cache: Callable[[Path], Path]
+                               ) -> Path:
+    """The session's cache folder (``RAPT_AUDIT_CACHE``, see ``_isolated_cache``) seeded with the embedding table
+    and PCT2T's lexicon, as on a machine that has run once: for tests of the user's side and of documented
+    commands whose subject is not how these are built (that is tested in test_vocab_nn, test_user_cache and
+    test_cold_start's analyses, from empty folders)."""
+    return seed_pos_cache(tmp_path_factory.getbasetemp() / "cache")
 
 
 @pytest.fixture

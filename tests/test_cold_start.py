@@ -81,9 +81,11 @@ def test_float64_search_breaks_ties_to_the_lowest_row():
 
 
 @pytest.mark.parametrize("defense", ["t2t", "pct2t"])
-def test_a_short_text_is_privatized_without_importing_torch(defense):
+def test_a_short_text_is_privatized_without_importing_torch(defense, session_cache_with_lexicon):
     from rapt_audit.user_side.privatizer import privatize
 
+    # The session's folder holds the embedding table and PCT2T's lexicon, built once a test run
+    # (tests/conftest.py); the user side's own entries are still built here, as on a machine's first start.
     privatize(TEXTS[1], defense, eta=100)  # the first start on a machine fills the caches (it needs torch)
     code = ("import sys\n"
             "from rapt_audit.user_side.privatizer import privatize\n"

@@ -46,7 +46,7 @@ README = REPO / "README.md"
 PROGRAM = "rapt-audit"
 VENV_PROGRAM = ".venv/bin/rapt-audit"
 TEST_COMMAND = ".venv/bin/python -m pytest"
-SLOW_COMMAND = f"{TEST_COMMAND} -m slow "
+SLOW_COMMAND = f"{TEST_COMMAND} -n 0 -m slow "
 
 
 def _ci_gate(path: Path) -> None:
@@ -162,6 +162,10 @@ def _params(steps: list[DocLine], marks: Callable[[DocLine], tuple] = lambda _s:
 def _slow_marks(step: DocLine) -> tuple:
     # Plausible deniability privatizes every sampled token a hundred times (about 20 s on 2 cores).
     return (pytest.mark.slow,) if step.argv[1] == "calibrate" and "--deniability" in step.argv else ()
+
+
+# The documented pct2t commands find PCT2T's lexicon built, as on a machine that has run once (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("session_cache_with_lexicon")
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ USER_SIDE = {
 
 
 @pytest.mark.parametrize("setting", USER_SIDE)
-def test_the_users_side_privatizes_hostile_text(setting):
+def test_the_users_side_privatizes_hostile_text(setting, session_cache_with_lexicon):
     name, params = USER_SIDE[setting]
     privatizer = Privatizer(name, params, seed=1)
     for label, text in HOSTILE.items():

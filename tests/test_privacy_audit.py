@@ -172,7 +172,7 @@ def test_too_few_samples_say_how_many():
                    label="p", distance=1, score=dchi_log_ratio(X, DIAGONAL))
 
 
-def test_audit_command(capsys, tmp_path):
+def test_audit_command(capsys, tmp_path, session_cache_with_lexicon):
     import json
 
     from rapt_audit.cli import main

@@ -26,7 +26,7 @@ with early stopping when it is handed that validation split. The test split is n
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
