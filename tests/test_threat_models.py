@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 load()
 
 #: The attacks that train on the defense's releases of their own data.
-ADAPTIVE = {"ae_inversion", "attribute_age", "attribute_gender", "bow_inversion", "mlp_inversion", "ner_adaptive"}
+ADAPTIVE = {"ae_inversion", "attribute_age", "attribute_gender", "bayes_inversion", "bow_inversion", "mlp_inversion",
+            "ner_adaptive"}
 
 
 def test_every_builtin_attack_declares_its_threat_model_truthfully():
