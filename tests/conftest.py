@@ -82,13 +82,16 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 #: public text tagged, the tagger), so a copy of them answers exactly as a build would.
 TEMPLATE_ENTRIES = ("fingerprints", "embeddings", "pos")
 
+#: The template folders' names (:func:`_built_once`): the embedding table; the table and PCT2T's lexicon.
+EMBEDDING_TEMPLATE, POS_TEMPLATE = "template-cache", "template-pos-cache"
+
 
 def _built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
     """A cache folder ``name`` built by ``build`` once per test run, whatever the number of workers.
 
     Under pytest-xdist the folder sits beside the workers' own temporary folders, where every worker of the run
     sees it: the first worker to need it builds it while the others wait on its lock, then all read it (PCT2T's
-    lexicon takes about 40 s on a worker's one core; built in each worker it cost the run that much twice).
+    lexicon takes 17 – 50 s on a worker's one core; built in each worker it cost the run that much twice).
     """
     from filelock import FileLock
 
@@ -111,13 +114,13 @@ def _embedding_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rapt_audit.mechanisms.engines import embedding_space
     from rapt_audit.pipeline.context import RunContext
 
-    return _built_once(tmp_path_factory, "template-cache", lambda folder: embedding_space(RunContext(cache_dir=folder)))
+    return _built_once(tmp_path_factory, EMBEDDING_TEMPLATE, lambda folder: embedding_space(RunContext(cache_dir=folder)))
 
 
 @pytest.fixture(scope="session")
 def _pos_template(tmp_path_factory: pytest.TempPathFactory, _embedding_template: Path) -> Path:
-    """A cache folder with the embedding table and PCT2T's POS lexicon and its vectors (about 20 s to build,
-    once per test run). A folder of its own: a worker seeding from the embedding template never meets a
+    """A cache folder with the embedding table and PCT2T's POS lexicon and its vectors (17 s to build on one
+    core from the demo corpus, about 50 s with WikiText-2 in the data folder; once per test run). A folder of its own: a worker seeding from the embedding template never meets a
     lexicon half-written by another worker."""
     from rapt_audit.mechanisms.engines import pos_candidates
     from rapt_audit.pipeline.context import RunContext
@@ -133,13 +136,13 @@ def _pos_template(tmp_path_factory: pytest.TempPathFactory, _embedding_template:
                 patch.delenv("RAPT_AUDIT_DATA")
                 pos_candidates(RunContext(cache_dir=folder))
 
-    return _built_once(tmp_path_factory, "template-pos-cache", build)
+    return _built_once(tmp_path_factory, POS_TEMPLATE, build)
 
 
 def _richest_template(embedding_template: Path) -> Path:
     """The POS template where this run has built it already, else the embedding template."""
-    pos = embedding_template.with_name("template-pos-cache")
-    return pos if pos.with_name("template-pos-cache.built").exists() else embedding_template
+    pos = embedding_template.with_name(POS_TEMPLATE)
+    return pos if pos.with_name(f"{POS_TEMPLATE}.built").exists() else embedding_template
 
 
 def seed_cache(template: Path, folder: Path) -> Path:
