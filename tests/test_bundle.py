@@ -21,6 +21,9 @@ import numpy as np
 import pytest
 
 from rapt_audit.api.errors import DataError, UsageError
+from rapt_audit.benchmark.plan import plan_cells
+from rapt_audit.benchmark.spec import shipped_dir
+from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.bundle import packing as bundle_mod
 from rapt_audit.bundle import target
 from rapt_audit.bundle.pieces import encode_model, read_safetensors
@@ -369,6 +372,24 @@ def test_provided_takes_a_list_or_the_images_freeze_file(tmp_path: Path):
     assert provided_names("numpy, scipy") == ["numpy", "scipy"] and provided_names(None) is None
 
 
+def test_a_benchmark_run_is_packed_as_its_cells(tmp_path, data_dir):
+    """``benchmark run NAME`` travels as the configurations of its cells (so --no-spacy knows their texts)."""
+    subcommands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    command, configs = run_configs(["benchmark", "run", "smoke", "--data-dir", str(data_dir), "--time-budget", "60"],
+                                   subcommands)
+    assert command == ["benchmark", "run", "smoke", "--time-budget", "60"]  # there, the bundle's data folder
+    planned = plan_cells(load_benchmark("smoke", data_dir=str(data_dir)), out=tmp_path, data_dir=str(data_dir))
+    assert [c.defense for c in configs] == [c.defense for c in planned] and len(configs) > 1
+    assert {c.profile for c in configs} == {"smoke"}
+    local = tmp_path / "mine.toml"
+    local.write_text((shipped_dir() / "smoke.toml").read_text())
+    for argv, message in ((["benchmark", "run", str(local)], "shipped with rapt-audit"),
+                          (["benchmark", "run", "smoke", "--out", "/abs"], "relative"),
+                          (["benchmark", "run", "smoke", "--executor", "ray"], "Ray")):
+        with pytest.raises(UsageError, match=message):
+            run_configs(argv, subcommands)
+
+
 def test_a_bundle_without_spacy_ships_the_runs_analyses_into_the_cache(tmp_path, tiny_model, fake_wheels, tiny_data,
                                                                        monkeypatch):
     monkeypatch.setattr(bundle_mod, "resolve_model_path", lambda spec: str(tiny_model))
@@ -389,6 +410,6 @@ def test_a_bundle_without_spacy_ships_the_runs_analyses_into_the_cache(tmp_path,
     work = tmp_path / "work"
     target.install(out, manifest, work, target.Log(tmp_path / "log.txt"))
     assert (work / "cache" / "analyses" / "packed" / "spacy-analyses.json").is_file()
-    with pytest.raises(UsageError, match="not a run"):
+    with pytest.raises(UsageError, match="is neither"):
         bundle_mod.pack(out=tmp_path / "b2", command=["report", "x"], configs=[], no_spacy=True,
                         wheels_from=fake_wheels, python=PY, dry_run=True)

@@ -120,8 +120,8 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
             raise UsageError(f"{what} {path} lies inside --out {out}, which the bundle replaces; choose another --out")
     data_files, listing = data_members(datasets, data_dir) if datasets else ([], {})
     if no_spacy and not configs:
-        raise UsageError("--no-spacy packs spaCy's analyses of the texts a `run` reads; the command after -- is not a "
-                         "run, so pack it with spaCy (leave out --no-spacy)")
+        raise UsageError("--no-spacy packs spaCy's analyses of the texts a `run` or `benchmark run` reads; the command "
+                         "after -- is neither, so pack it with spaCy (leave out --no-spacy)")
     needed = [n for n in bundle_wheels.NEEDED if not (no_spacy and n in bundle_wheels.SPACY)]
     dists = _distributions(python=python, wheels_from=wheels_from, include=include, provided=provided, needed=needed)
     if dry_run:

@@ -13,9 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.benchmark.plan import plan_cells
+from rapt_audit.benchmark.run import default_out
+from rapt_audit.benchmark.spec import shipped
+from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.bundle.packing import DEFAULT_MAX_MIB, pack
 from rapt_audit.cli.options import number
 from rapt_audit.pipeline import sweep
+from rapt_audit.pipeline.cell_limit import check_max_cells
 from rapt_audit.pipeline.config import RunConfig, build_config
 
 EPILOG = """The command after -- is what runs on the GPU machine, e.g. the paper-profile RAPT audit:
@@ -100,6 +105,8 @@ def run_configs(command: list[str], subcommands: dict[str, Any]) -> tuple[list[s
         known = ", ".join(sorted(n for n in subcommands if n != "bundle"))
         raise UsageError(f"give the rapt-audit command to run on the GPU machine after --, e.g. `-- run --defense "
                          f"rapt --attacks all` (one of: {known})")
+    if command[:2] == ["benchmark", "run"]:
+        return _without_data_dir(command), benchmark_configs(command, subcommands)
     if command[0] != "run":
         return list(command), []
     try:
@@ -122,6 +129,33 @@ def run_configs(command: list[str], subcommands: dict[str, Any]) -> tuple[list[s
         configs = [cell.config for cell in sweep.expand(axes=axes, file=None, cli=cli, sets=args.sets, out=out,
                                                         max_cells=args.max_cells)]
     return _without_data_dir(command), configs
+
+
+def benchmark_configs(command: list[str], subcommands: dict[str, Any]) -> list[RunConfig]:
+    """The configuration of every cell of ``benchmark run NAME``, so that the data and (with ``--no-spacy``)
+    the texts a benchmark's cells read are packed exactly as for a sweep.
+
+    Raises:
+        UsageError: for a benchmark that is not shipped (a file of this machine does not travel), an
+            absolute ``--out`` or Ray.
+    """
+    try:
+        args = subcommands["benchmark"].parse_args(command[1:])
+    except SystemExit:
+        raise UsageError("the command after -- is not a valid `rapt-audit benchmark run` (see the message above)") \
+            from None
+    if args.benchmark not in shipped():
+        raise UsageError(f"benchmark {args.benchmark!r}: a bundle runs a benchmark shipped with rapt-audit (one of: "
+                         f"{', '.join(shipped())}); a file of this machine does not travel, so add it to benchmarks/ "
+                         "and pack again")
+    if args.executor != "local":
+        raise UsageError("--executor ray needs Ray, which a bundle does not carry; run the cells in-process")
+    if args.out and Path(args.out).is_absolute():
+        raise UsageError(f"--out {args.out}: give a relative folder here; to go on with the cells of an earlier call "
+                         "there, give its absolute path in the command after run.sh's -- (README: Running on a GPU)")
+    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, max_cells=check_max_cells(args.max_cells))
+    out = Path(args.out) if args.out else default_out(bench)
+    return [c.cell.config for c in plan_cells(bench, out=out, data_dir=args.data_dir, device=args.device)]
 
 
 def _without_data_dir(command: list[str]) -> list[str]:
