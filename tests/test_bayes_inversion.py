@@ -125,3 +125,16 @@ def test_victim_attacker_overlap_raises(ctx, animals):
     attack = bayes(public_sentences=0).fit(aux, AnimalBlur(), ctx=ctx)
     with pytest.raises(AssertionError, match="attacker's data"):
         attack.attack(AnimalBlur().release(aux.valid, ctx=ctx), aux.valid, ctx=ctx)
+
+
+def test_the_setting_is_chosen_on_a_seeded_sample_of_attacker_valid(ctx, animals):
+    """``select_records`` caps the decoding of attacker-valid during the choice (the paper profile's cost);
+    the sample is seeded, and the context the animals need is still found on it."""
+    aux, victim = animals
+    capped = [run(bayes(public_sentences=0, select_records=15), AnimalBlur(), aux, victim, ctx) for _ in range(2)]
+    whole = run(bayes(public_sentences=0), AnimalBlur(), aux, victim, ctx)
+    assert [r.details["chosen_on_records"] for r in capped] == [15, 15] and whole.details["chosen_on_records"] == 40
+    attack = bayes(select_records=15)
+    picked = [attack._selection_sample(list(range(40)), ctx=ctx) for _ in range(2)]  # indices stand in for views
+    assert picked[0] == picked[1] == sorted(set(picked[0])) and len(picked[0]) == 15 and picked[0] != list(range(15))
+    assert capped[0].details["chosen"]["mix"] > 0 and capped[0].metrics["token_accuracy"].value > 0.97

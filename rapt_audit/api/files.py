@@ -240,6 +240,10 @@ def read_cache_json_gz(path: str | os.PathLike[str]) -> Any | None:
 #: Parts of the core whose code cannot change a release or a calibration: a report, CLI, attack,
 #: benchmark or plugin-kit edit keeps the release cache.
 _NOT_RELEASE_CODE = frozenset({"reporting", "cli", "attacks", "benchmark", "plugin_kit", "plugin.py"})
+#: The packages a checkout keeps beside the core and an installation (a wheel, a bundle) inside it: never
+#: hashed as part of the core, so that one code hashes alike in both layouts (the built-in defenses and
+#: attacks are hashed under their own folder's name by the callers that need them).
+_BESIDE_THE_CORE = frozenset({"defenses", "attacks", "benchmarks"})
 
 
 @functools.lru_cache(maxsize=16)
@@ -249,7 +253,7 @@ def _source_digest(folders: tuple[tuple[str, bool], ...]) -> str:
         root = Path(folder)
         for path in sorted(root.rglob("*.py") if recursive else root.glob("*.py")):
             relative = path.relative_to(root)
-            if recursive and relative.parts[0] in _NOT_RELEASE_CODE:
+            if recursive and relative.parts[0] in _NOT_RELEASE_CODE | _BESIDE_THE_CORE:
                 continue
             digest.update(f"{root.name}/{relative.as_posix()}\n".encode("utf-8") + path.read_bytes())
     return digest.hexdigest()

@@ -47,7 +47,11 @@ def _threat_tags(cls: Any) -> tuple[str, ...]:
 
 
 DEFENSES: Registry[type] = Registry("defense")
-ATTACKS: Registry[type] = Registry("attack", tags_of=_threat_tags)
+#: The name a result's worst case over its inversion attacks takes among its attacks
+#: (:mod:`rapt_audit.scoring.worst_case`); reserved, so that no attack plugin can take it.
+WORST_CASE = "worst_case"
+ATTACKS: Registry[type] = Registry("attack", tags_of=_threat_tags,
+                                   reserved={WORST_CASE: "a result's worst case over its inversion attacks"})
 
 _GROUPS = {"rapt_audit.defenses": DEFENSES, "rapt_audit.attacks": ATTACKS}
 #: What each kind of plugin must have: the class attribute naming its release kinds, its methods.
@@ -210,5 +214,5 @@ def _clash(ep: Any, registry: Registry[type]) -> str:
             + (f" in {dist}'s pyproject.toml" if dist else "") + " so that both can be used")
 
 
-__all__ = ["ATTACKS", "DEFENSES", "Installed", "PluginWarning", "installed", "load", "load_builtins",
+__all__ = ["ATTACKS", "DEFENSES", "WORST_CASE", "Installed", "PluginWarning", "installed", "load", "load_builtins",
            "plugin_distributions", "plugin_problem"]

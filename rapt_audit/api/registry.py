@@ -63,9 +63,12 @@ class Registry(Generic[T]):
             ``adaptive`` from the threat model), so that ``tag:x`` cannot disagree with the declaration.
     """
 
-    def __init__(self, kind: str, *, tags_of: Callable[[T], tuple[str, ...]] | None = None) -> None:
+    def __init__(self, kind: str, *, tags_of: Callable[[T], tuple[str, ...]] | None = None,
+                 reserved: dict[str, str] | None = None) -> None:
         self.kind = kind
         self._tags_of = tags_of
+        #: Names no plugin may take: name → what a result holds under it.
+        self.reserved = dict(reserved or {})
         self._entries: dict[str, Entry[T]] = {}
         #: Installed plugins that could not be loaded: name → why (asked for by name, they say so).
         self.broken: dict[str, str] = {}
@@ -90,10 +93,12 @@ class Registry(Generic[T]):
 
         Raises:
             UsageError: when another object is already registered as ``name`` (registering the
-                same object again is harmless).
+                same object again is harmless), or ``name`` is reserved.
         """
         if name in self._entries and self._entries[name].obj is not obj:
             raise UsageError(f"{self.kind} {name!r} is registered twice; pick another name")
+        if name in self.reserved:
+            raise UsageError(f"{self.kind} name {name!r} is reserved ({self.reserved[name]}); pick another name")
         if isinstance(obj, type):
             obj.name = name  # type: ignore[attr-defined]  # the one name: set here, never written by the plugin
         derived = self._tags_of(obj) if self._tags_of is not None else ()

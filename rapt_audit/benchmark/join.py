@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rapt_audit.api.errors import ResultError
+from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.api.types import Outcome, Skip
 from rapt_audit.benchmark.plan import not_applicable_reason
 from rapt_audit.benchmark.run import read_index
@@ -152,6 +153,10 @@ def _merge(index: dict[str, Any], task: str, results: dict[str, RunResult | None
             attacks[attack] = got.attacks.get(attack, Skip(f"not in the result of cell {names.get(dataset)}"))
             if attack in (got.env.get("threat_models") or {}):
                 threat[attack] = got.env["threat_models"][attack]
+        if got is not None and WORST_CASE in got.attacks:  # taken over this family's attacks, in its cell
+            attacks[WORST_CASE] = got.attacks[WORST_CASE]
+            if WORST_CASE in (got.env.get("threat_models") or {}):
+                threat[WORST_CASE] = got.env["threat_models"][WORST_CASE]
     for family, names_not_run in index.get("not_run", {}).items():
         for attack in names_not_run:
             attacks[attack] = Skip(f"not run: the benchmark names no {family} dataset ([datasets] {family})")

@@ -92,7 +92,8 @@ def _provenance(cells: Sequence[Any]) -> str:
     platforms = sorted({f"{r.env.get('platform', '?')}, {r.env.get('device', '?')}, "
                         f"{r.env.get('threads', '?')} thread(s) per cell" for r in cells})
     seconds = sum(float(r.env.get("wall_time_s") or 0.0) for r in cells)
-    commits = ", ".join(s[:12] + ("-dirty" if s.endswith("-dirty") else "") for s in shas)
+    commits = ", ".join(s if s.startswith("not ") else s[:12] + ("-dirty" if s.endswith("-dirty") else "")
+                        for s in shas)
     return (f"{len(cells)} cells at commit {commits}"
             f" on {'; '.join(platforms)}; {seconds / 3600:.2f} h of cell time in all (cells side by side with "
             "--jobs overlap, so the elapsed time is shorter)")

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import lzma
@@ -40,6 +41,7 @@ from rapt_audit.api.version import __version__
 from rapt_audit.bundle.target import restore_weights, split_planes
 from rapt_audit.data import DATASETS, is_file_dataset, resolve_data_dir
 from rapt_audit.pipeline.config import RunConfig
+from rapt_audit.pipeline.results import PACKED_FROM, git_sha
 from rapt_audit.pipeline.runner import default_dataset
 
 #: Files of a model folder that are weights (only ``model.safetensors`` ships, as fp16).
@@ -264,12 +266,16 @@ def _tree(folder: Path, prefix: str) -> list[Member]:
 def package_members(requires: Sequence[str]) -> list[Member]:
     """rapt-audit's modules in the installed layout (plugins under ``rapt_audit/``), and its ``dist-info``."""
     load()  # imports the built-in plugin packages, wherever they lie
+    importlib.import_module("rapt_audit.benchmarks")  # the shipped benchmark files (`benchmark run NAME`)
     core = CORE
     members = {m.name: m for m in _tree(core, "rapt_audit")}
-    for package in ("rapt_audit.attacks", "rapt_audit.defenses"):
+    for package in ("rapt_audit.attacks", "rapt_audit.defenses", "rapt_audit.benchmarks"):
         folder = Path(sys.modules[package].__file__).resolve().parent
-        if core not in folder.parents:  # an editable checkout keeps attacks/ and defenses/ beside the core
+        if core not in folder.parents:  # a checkout keeps attacks/, defenses/ and benchmarks/ beside the core
             members.update({m.name: m for m in _tree(folder, f"rapt_audit/{folder.name}")})
+    sha = git_sha()  # the run there records it as env.git_sha (its copy is no git checkout)
+    if sha:
+        members[f"rapt_audit/{PACKED_FROM}"] = Member(f"rapt_audit/{PACKED_FROM}", f"{sha}\n".encode("utf-8"))
     info = f"rapt_audit-{__version__}.dist-info"
     lines = ["Metadata-Version: 2.1", "Name: rapt-audit", f"Version: {__version__}",
              *[f"Requires-Dist: {r}" for r in requires]]

@@ -11,7 +11,9 @@
     defense     name and resolved parameters
     utility     metric -> {value, ci_low, ci_high, n, method, level}; accuracy also per_record: {num, den}
     attacks     attack -> {empirical_privacy: {..., per_record: {num, den}}, metrics: {...}, details: {...}}
-                or {skipped: reason}, or {failed: message} for an attack that raised or broke its contract
+                or {skipped: reason}, or {failed: message} for an attack that raised or broke its contract;
+                ``worst_case`` (not an attack: :mod:`rapt_audit.scoring.worst_case`) the lowest content privacy
+                over the inversion attacks that read the release, inside each bootstrap resample
     env         package versions (third-party plugins' distributions among them), git sha, model and
                 data fingerprints, seed, device, wall time
     warnings    things a reader must know (synthetic data, departures from a paper)
@@ -182,15 +184,22 @@ def package_versions() -> dict[str, str]:
     return {**versions, **plugin_distributions()}
 
 
+#: In a bundle's copy of rapt_audit (``rapt-audit bundle``): the commit it was packed from, as :func:`git_sha`
+#: read it there, since the GPU machine's copy is no git checkout.
+PACKED_FROM = "packed_from.txt"
+
+
 def git_sha() -> str | None:
-    """The commit of the source tree rapt_audit was imported from, when it is a git checkout."""
+    """The commit of the source tree rapt_audit was imported from, when it is a git checkout, or that a
+    bundle was packed from (:data:`PACKED_FROM`); None for an installed package."""
     root = Path(__file__).resolve().parent.parent
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
+        out = None
+    if out is None or out.returncode != 0:
+        packed = root / PACKED_FROM
+        return (packed.read_text(encoding="utf-8").strip() or None) if packed.is_file() else None
     dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True, timeout=5).stdout.strip()
     return out.stdout.strip() + ("-dirty" if dirty else "")

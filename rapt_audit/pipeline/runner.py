@@ -35,7 +35,7 @@ from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.outputs import folder_exists
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load, plugin_distributions
-from rapt_audit.api.threat import threat_model_record
+from rapt_audit.api.threat import ThreatModel, declared_threat_model, threat_model_record
 from rapt_audit.api.types import AttackFailure, Outcome, Skip
 from rapt_audit.api.version import __version__
 from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
@@ -66,6 +66,7 @@ from rapt_audit.pipeline.results import (
     write_result,
 )
 from rapt_audit.pipeline.text_store import TextReleaseStore
+from rapt_audit.scoring.worst_case import WORST_CASE, WORST_CASE_THREAT, worst_case
 
 Log = Callable[[str], None]
 
@@ -105,10 +106,11 @@ def plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str, 
 #: Why ``--profile paper`` without a GPU stops before any work, and what it would cost.
 PAPER_ON_CPU = (
     "--profile paper runs the papers' settings on full datasets (SST-2: about 17,000 training sentences per "
-    "victim split, 4 epochs, 150 prompt tokens, every attack at full size); one such cell took about 4 minutes "
-    "on an H100 and would take hours on a CPU (extrapolated: the cpu profile prompt-tunes 2,000 sentences of "
-    "64 tokens in about 35 s on 2 cores). torch sees no CUDA device. Run it on a GPU machine (README: Running "
-    "on a GPU), use --profile cpu, or pass --device cpu to run the paper profile on this CPU anyway.")
+    "victim split, up to 6 epochs, 150 prompt tokens, every attack at full size); one such cell (identity on "
+    "SST-2, every inversion attack) took 6 minutes on an H100 (reports/sst2-paper) and would take hours on a "
+    "CPU (extrapolated: the cpu profile prompt-tunes 2,000 sentences of 64 tokens in about 35 s on 2 cores). "
+    "torch sees no CUDA device. Run it on a GPU machine (README: Running on a GPU), use --profile cpu, or pass "
+    "--device cpu to run the paper profile on this CPU anyway.")
 
 
 def check_paper_device(config: RunConfig) -> None:
@@ -307,6 +309,13 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
             failure = outcomes[name] = attack_failure(name, method, exc, attack)
             say(f"attack {name} failed (recorded; the other attacks go on): {failure.message}")
     bar.close()
+    threat_models = {n: threat_model_record(a) for n, a in checked.attacks.items()}
+    worst = worst_case(outcomes, rng=ctx.rng("worst_case"),
+                       reads_release=lambda n: "release" in (declared_threat_model(checked.attacks[n]) or
+                                                             ThreatModel(knows=())).knows)
+    if worst is not None:  # the defense's worst case, beside the attacks it is taken over (issue #39)
+        outcomes[WORST_CASE] = worst
+        threat_models[WORST_CASE] = WORST_CASE_THREAT.to_dict()
     env = environment()
     env.update({"seed": config.seed, "device": ctx.device, "precision": ctx.precision, "model": config.model,
                 "model_fingerprint": fingerprint,
@@ -314,7 +323,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings, "gpu": gpu.summary(),
                 "threads": current_threads(),
-                "threat_models": {n: threat_model_record(a) for n, a in checked.attacks.items()},
+                "threat_models": threat_models,
                 "release_cache": {"victim_test": victim_release, **cached.report(), **ctx.tallies(),
                                   **({"texts": ctx.text_releases.report()} if ctx.text_releases else {})}})
     if (packed := analysis_pack.provenance(ctx)) is not None:  # spaCy absent: whose analyses the run read

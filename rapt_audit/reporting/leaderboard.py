@@ -89,7 +89,7 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
     """The Markdown text of the leaderboard for the results in ``coll``."""
     groups = group_results(coll.results)
     profiles = sorted({markdown_text(i.result.config.get("profile")) for i in coll.results})
-    shas = sorted({str(i.result.env.get("git_sha")) for i in coll.results})
+    shas = sorted({str(i.result.env.get("git_sha") or "not a git checkout") for i in coll.results})
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# {markdown_text(title)}", "",
              f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "

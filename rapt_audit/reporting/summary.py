@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from rapt_audit.api.plugins import load as load_plugins
+from rapt_audit.api.plugins import WORST_CASE, load as load_plugins
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
@@ -167,8 +167,10 @@ class Group:
 
     @property
     def attacks(self) -> list[str]:
-        """Attack names present in the group, in first-seen order."""
-        return list(dict.fromkeys(a for r in self.rows for a in r.privacy))
+        """Attack names present in the group, in first-seen order; the worst case over the inversion attacks
+        (:mod:`rapt_audit.scoring.worst_case`) first, as the headline privacy."""
+        names = list(dict.fromkeys(a for r in self.rows for a in r.privacy))
+        return sorted(names, key=lambda name: name != WORST_CASE)
 
     @property
     def measured_attacks(self) -> list[str]:
