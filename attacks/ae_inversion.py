@@ -11,7 +11,7 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import PositiveInt
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.threat import ThreatModel
-from rapt_audit.api.types import AttackerData, AttackResult, Record, Release
+from rapt_audit.api.types import AttackerData, AttackResult, Record, Release, Skip
 from rapt_audit.attacks._inversion import LearnedTokenInversion
 from rapt_audit.attacks._token_views import Units, accuracy, aligned_fraction, features, per_record_mean
 from rapt_audit.encoder.models import one_thread
@@ -41,15 +41,17 @@ class AEInversionAttack(LearnedTokenInversion):
 
     Reported, over regular original tokens of the victim:
 
+    * ``content_privacy`` (the headline, as for every inversion attack: one unit across release kinds,
+      issue #39) with ``content_f1`` and the rest of the content-token unit
+      (:mod:`rapt_audit.scoring.content_tokens`) — the nearest tokens of x̂ joined into words, each
+      record's set of content words against the original's;
     * ``reconstruction_mse`` — mean over tokens of ‖x − x̂‖² (RAPT's definition: the squared L2
-      norm, summed over dimensions). This is the empirical privacy (higher = more private; not
-      bounded). An original token with no aligned released token gets the attacker's best constant
+      norm, summed over dimensions; higher = more private, not bounded), RAPT's own measure, kept as a
+      secondary one: an error in embedding space has no chance level and no common scale with the other
+      attacks. An original token with no aligned released token gets the attacker's best constant
       guess, the mean attacker-train target (it has nothing else to go on);
     * ``token_accuracy`` — how often the nearest regular vocabulary embedding of x̂ is the original
-      token (unaligned originals are misses);
-    * ``content_f1``, ``content_privacy`` and the rest of the content-token unit
-      (:mod:`rapt_audit.scoring.content_tokens`) — those nearest tokens joined into words, each record's
-      set of content words against the original's.
+      token (unaligned originals are misses).
 
     ``details["prior_mse"]`` is the MSE of the constant guess on the victim tokens: an attack that
     learned nothing scores about that much.
@@ -140,4 +142,6 @@ class AEInversionAttack(LearnedTokenInversion):
                    "mse_definition": "mean over tokens of the squared L2 error summed over dimensions (RAPT)",
                    "dims": int(target.shape[1]), "tokens_scored": int(units.source.size), "records": len(views),
                    "aligned_fraction": aligned_fraction(units), "prior_mse": float(prior_err.mean())}
-        return AttackResult(mse, metrics, details)
+        if "content_privacy" not in metrics:
+            raise Skip(f"attack {self.name!r}: the victim records hold no content words to recover")
+        return AttackResult(metrics["content_privacy"], metrics, details)

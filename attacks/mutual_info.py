@@ -69,7 +69,7 @@ def dchi_noise_entropy(d: int, eta: float) -> float:
     return d - d * math.log(eta) + float(gammaln(d)) + log_surface
 
 
-@ATTACKS.register("mutual_info", tags=("information",))
+@ATTACKS.register("mutual_info", tags=("information", "estimator"))
 @dataclass
 class MutualInfoAttack(CheckedParams):
     """k-NN mutual information of clean and released token embeddings (SnD, ICML 2024 §4.3.1, App. A.6).

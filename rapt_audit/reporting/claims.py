@@ -128,9 +128,11 @@ def privacy_of(attack: str) -> Callable[[Row], Estimate | None]:
 
 
 def attacks_of(group: Group) -> list[str]:
-    """The group's measured attacks, less the baselines (random guessing says nothing about a defense)."""
+    """The group's measured attacks, less the baselines (random guessing says nothing about a defense) and the
+    audit estimators (mutual information is no adversary's success)."""
     load_plugins()
-    return [a for a in group.measured_attacks if a not in ATTACKS or "baseline" not in ATTACKS.entry(a).tags]
+    return [a for a in group.measured_attacks
+            if a not in ATTACKS or not {"baseline", "estimator"} & set(ATTACKS.entry(a).tags)]
 
 
 def _eta(row: Row) -> float | None:

@@ -21,7 +21,7 @@ from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.collect import Collection, collect
 from rapt_audit.reporting.markdown import markdown_text
-from rapt_audit.reporting.summary import Group, fmt_estimate, fmt_outcome, group_results
+from rapt_audit.reporting.summary import Group, fmt_estimate, fmt_outcome, group_results, is_estimator
 from rapt_audit.scoring.metrics import arrow
 
 
@@ -58,8 +58,9 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
     # Each utility's declared direction (an error such as embedding_mse is lower-is-better), as the console says.
     head = ["defense", "setting", "seeds"] + [f"{markdown_text(m)} {arrow(m)}".rstrip() for m in util]
     # An attack whose headline is its own measure (ae_inversion's reconstruction MSE) says so in its column.
+    # An audit estimator (mutual_info) is no adversary: marked, after the attacks.
     head += [f"{markdown_text(a)} ↑" + ("" if group.measure_note(a) is None else f" ({markdown_text(group.headline(a))})")
-             for a in measured]
+             + (" (estimator)" if is_estimator(a) else "") for a in measured]
     head += ["report"] if report else []
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3 - bool(report))
                                                              + (["---"] if report else [])) + "|"]

@@ -34,7 +34,7 @@ from rapt_audit.reporting.collect import Collection, collect, relative_path
 from rapt_audit.reporting.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
 from rapt_audit.reporting.sections import pretraining_note, provenance_html, selection_note, warnings_html
 from rapt_audit.reporting.style import CSP, STYLE
-from rapt_audit.reporting.summary import Group, group_results, safe_id
+from rapt_audit.reporting.summary import Group, group_results, is_estimator, safe_id
 from rapt_audit.reporting.threats import threat_sections_html
 from rapt_audit.scoring.metrics import METRICS
 from rapt_audit.scoring.metrics import arrow as metric_arrow
@@ -105,7 +105,8 @@ def _summary_table(group: Group) -> str:
 def _measure_name(group: Group, attack: str) -> str:
     """How an attack's headline column is named: ``empirical privacy``, or its own measure (``reconstruction_mse``)."""
     name = group.headline(attack)
-    return "empirical privacy" if name == "empirical_privacy" else name
+    return ("empirical privacy" if name == "empirical_privacy" else name) + (" (estimator)" if is_estimator(attack)
+                                                                             else "")
 
 
 def _figure_html(fig: Figure, files_rel: str | None) -> str:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from rapt_audit.api.plugins import WORST_CASE, load as load_plugins
+from rapt_audit.api.plugins import ATTACKS, WORST_CASE, load as load_plugins
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
@@ -170,7 +170,7 @@ class Group:
         """Attack names present in the group, in first-seen order; the worst case over the inversion attacks
         (:mod:`rapt_audit.scoring.worst_case`) first, as the headline privacy."""
         names = list(dict.fromkeys(a for r in self.rows for a in r.privacy))
-        return sorted(names, key=lambda name: name != WORST_CASE)
+        return sorted(names, key=lambda name: (name != WORST_CASE, is_estimator(name)))
 
     @property
     def measured_attacks(self) -> list[str]:
@@ -201,6 +201,13 @@ class Group:
     def anchor(self) -> str:
         """A stable HTML id for the group."""
         return "group-" + hashlib.sha256(self.signature.encode("utf-8")).hexdigest()[:10]
+
+
+def is_estimator(attack: str) -> bool:
+    """Whether ``attack`` is an audit estimator (tagged ``estimator``: ``mutual_info``) rather than an adversary:
+    it is reported after the attacks, marked so, and left out of the worst case and of the claims."""
+    load_plugins()
+    return attack in ATTACKS and "estimator" in ATTACKS.entry(attack).tags
 
 
 def _combine(estimates: Sequence[Estimate], metric: str) -> Estimate:
