@@ -7,9 +7,9 @@ holds the parameters this takes and the three steps that do not depend on the ne
 
 * :meth:`~LearnedTokenInversion._attacker_data` — the attacker's train / valid records released
   through the defense, as token views and units (and the content-token unit's prior, fitted on them);
-* :meth:`~LearnedTokenInversion._train` — the one training loop
-  (:func:`rapt_audit.utility.training.fit`) with early stopping on attacker-valid data, through
-  :class:`SelectedTraining`, the training parameters ``bow_inversion`` shares;
+* :meth:`~SelectedTraining._train_selected` — the one training loop
+  (:func:`rapt_audit.utility.training.fit`) with early stopping on attacker-valid data, and the
+  training parameters ``bow_inversion`` shares;
 * :meth:`~LearnedTokenInversion._trained_or_read` — the trained network read back from the disk
   cache when the same released features were trained on before (issue #29: a sweep's re-run, an
   added attack, a warm smoke run), else trained and stored;
@@ -155,11 +155,6 @@ class LearnedTokenInversion(SelectedTraining):
         """Keep ``x``'s per-feature mean and standard deviation (floored at 1e-6) to standardise inputs."""
         self._mean = x.mean(axis=0, keepdims=True)
         self._std = np.maximum(x.std(axis=0, keepdims=True), 1e-6)
-
-    def _train(self, x: np.ndarray, y: np.ndarray, *, criterion: Callable[[Any, Any], Any],
-               valid_score: Callable[[Any], float], seed: int, ctx: RunContext) -> TrainOutcome:
-        """Train ``self._net`` (:meth:`~SelectedTraining._train_selected`)."""
-        return self._train_selected(self._net, x, y, criterion=criterion, valid_score=valid_score, seed=seed, ctx=ctx)
 
     def _trained_or_read(self, train_feats: np.ndarray, train_units: Units, valid_feats: np.ndarray,
                          valid_units: Units, *, train: Callable[[], dict[str, Any]], ctx: RunContext

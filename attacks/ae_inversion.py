@@ -112,8 +112,8 @@ class AEInversionAttack(LearnedTokenInversion):
                 return -float((err * err).sum(axis=1).mean())
 
             def train() -> dict[str, Any]:
-                outcome = self._train(x, y, criterion=torch.nn.functional.mse_loss, valid_score=neg_valid_mse,
-                                      seed=seed, ctx=ctx)
+                outcome = self._train_selected(self._net, x, y, criterion=torch.nn.functional.mse_loss,
+                                               valid_score=neg_valid_mse, seed=seed, ctx=ctx)
                 return {"best_epoch": outcome.best_epoch, "scores": [round(-v, 5) for v in outcome.scores]}
 
             record, cached = self._trained_or_read(train_feats, train_units, valid_feats, valid_units, train=train,

@@ -11,7 +11,7 @@ import numpy as np
 
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.params import Check, CheckedParams, PositiveInt, Range
+from rapt_audit.api.params import CheckedParams, Each, PositiveInt, Range
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release, Skip
@@ -37,37 +37,6 @@ _KINDS = ("texts",)
 #: Public corpora whose text may enter the prior. The demo corpus is *not* one of them, although
 #: ``ctx.public_text()`` falls back to it without a data directory: it may be the victim's own corpus.
 PUBLIC_CORPORA = ("wikitext2",)
-
-
-def _grid(name: str, value: Any, rule: Range) -> tuple[Any, ...]:
-    values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    if not values:
-        raise UsageError(f"{name} needs at least one value")
-    return tuple(rule(name, v) for v in values)
-
-
-def check_candidate_grid(value: Any) -> tuple[int, ...]:
-    """Validates candidates: one or more integers >= 1 (originals kept per released token)."""
-    out = _grid("candidates", value, Range(1))
-    if any(int(v) != v for v in out):
-        raise UsageError(f"candidates must be integers, got {value!r}")
-    return tuple(int(v) for v in out)
-
-
-def check_alpha_grid(value: Any) -> tuple[float, ...]:
-    """Validates alphas: one or more numbers > 0 (pseudo-counts of the channel's back-off)."""
-    return _grid("alphas", value, Range(0, low_open=True))
-
-
-def check_order_grid(value: Any) -> tuple[int, ...]:
-    """Validates orders: one or more n-gram orders in [1, 5]."""
-    out = _grid("orders", value, Range(1, 5))
-    return tuple(int(v) for v in out)
-
-
-def check_mix_grid(value: Any) -> tuple[float, ...]:
-    """Validates mixes: one or more weights in [0, 1] of the n-gram term against the unigram."""
-    return _grid("mixes", value, Range(0, 1))
 
 
 @dataclass(frozen=True)
@@ -143,10 +112,10 @@ class BayesInversionAttack(CheckedParams):
 
     context: bool = True
     shadow_draws: PositiveInt = 2
-    candidates: Annotated[tuple[int, ...], Check(check_candidate_grid)] = (5, 10)
-    alphas: Annotated[tuple[float, ...], Check(check_alpha_grid)] = (1.0, 10.0)
-    orders: Annotated[tuple[int, ...], Check(check_order_grid)] = (2, 3)
-    mixes: Annotated[tuple[float, ...], Check(check_mix_grid)] = (0.25, 0.5, 1.0)
+    candidates: Annotated[tuple[int, ...], Each(Range(1))] = (5, 10)
+    alphas: Annotated[tuple[float, ...], Each(Range(0, low_open=True))] = (1.0, 10.0)
+    orders: Annotated[tuple[int, ...], Each(Range(1, 5))] = (2, 3)
+    mixes: Annotated[tuple[float, ...], Each(Range(0, 1))] = (0.25, 0.5, 1.0)
     beam: PositiveInt = 8
     public_sentences: Annotated[int, Range(0)] = 20000
     select_records: PositiveInt = 2000

@@ -200,8 +200,8 @@ class MLPInversionAttack(LearnedTokenInversion):
             def train() -> dict[str, Any]:
                 initial = self._calibrate_scale(scale, valid_accuracy) if self.nn_head else None  # the Gaussian
                 # scale is a poor likelihood for text releases: tuned first
-                outcome = self._train(x, y, criterion=torch.nn.functional.cross_entropy,
-                                      valid_score=valid_accuracy, seed=seed, ctx=ctx)
+                outcome = self._train_selected(self._net, x, y, criterion=torch.nn.functional.cross_entropy,
+                                               valid_score=valid_accuracy, seed=seed, ctx=ctx)
                 return {"best_epoch": outcome.best_epoch, "scores": [round(v, 4) for v in outcome.scores],
                         "initial_scale": initial}
 

@@ -53,6 +53,7 @@ from rapt_audit.api.errors import RaptAuditError  # base of every error a user c
 from rapt_audit.api.errors import UsageError  # a bad parameter or setting; the message says what is valid
 from rapt_audit.api.params import Check  # declare a parameter's validator: Annotated[float, Check(fn)]
 from rapt_audit.api.params import CheckedParams  # base of plugin dataclasses: declared rules enforced when built
+from rapt_audit.api.params import Each  # declare a grid, each value in bounds: Annotated[tuple[int, ...], Each(Range(1))]
 from rapt_audit.api.params import Dropout  # Annotated[float, Range(0, 1, high_open=True)]
 from rapt_audit.api.params import NonNegativeFloat  # Annotated[float, Range(0)]
 from rapt_audit.api.params import PositiveFloat  # Annotated[float, Range(0, low_open=True)]

@@ -138,3 +138,14 @@ def test_the_setting_is_chosen_on_a_seeded_sample_of_attacker_valid(ctx, animals
     picked = [attack._selection_sample(list(range(40)), ctx=ctx) for _ in range(2)]  # indices stand in for views
     assert picked[0] == picked[1] == sorted(set(picked[0])) and len(picked[0]) == 15 and picked[0] != list(range(15))
     assert capped[0].details["chosen"]["mix"] > 0 and capped[0].metrics["token_accuracy"].value > 0.97
+
+
+def test_a_grid_parameter_checks_each_value_and_refuses_an_empty_grid():
+    from rapt_audit.api.errors import UsageError
+
+    assert bayes(orders="2,3").orders == (2, 3) and bayes(mixes=[0.5]).mixes == (0.5,)
+    for params, message in (({"orders": "2,6"}, r"orders must lie in \[1, 5\], got 6"),
+                            ({"alphas": "0"}, r"alphas must be > 0, got 0"), ({"candidates": ""}, "at least one value"),
+                            ({"mixes": "0.5,1.5"}, r"mixes must lie in \[0, 1\], got 1.5")):
+        with pytest.raises(UsageError, match=message):
+            bayes(**params)

@@ -197,6 +197,25 @@ class Range:
         return value
 
 
+@dataclasses.dataclass(frozen=True)
+class Each:
+    """A tuple parameter (a grid) of one or more values, each satisfying ``rule``
+    (``orders: Annotated[tuple[int, ...], Each(Range(1, 5))] = (2, 3)``)."""
+
+    rule: Range
+
+    def __call__(self, name: str, value: Any) -> tuple[Any, ...]:
+        """``value`` as a tuple when it is not empty and every element passes :attr:`rule`, else the rule's error."""
+        values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+        if not values:
+            raise self.rule.error(f"{name} needs at least one value, each of which must {self.rule.describe()}")
+        return tuple(self.rule(name, v) for v in values)
+
+    def describe(self) -> str:
+        """The rule in words: ``must hold one or more values, each of which must be >= 1``."""
+        return f"must hold one or more values, each of which must {self.rule.describe()}"
+
+
 #: Common declarations: a count >= 1, a rate > 0, a weight >= 0, a dropout rate in [0, 1).
 PositiveInt = Annotated[int, Range(1)]
 PositiveFloat = Annotated[float, Range(0, low_open=True)]

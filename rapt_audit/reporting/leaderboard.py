@@ -59,7 +59,8 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
     head = ["defense", "setting", "seeds"] + [f"{markdown_text(m)} {arrow(m)}".rstrip() for m in util]
     # An attack whose headline is its own measure (ae_inversion's reconstruction MSE) says so in its column.
     # An audit estimator (mutual_info) is no adversary: marked, after the attacks.
-    head += [f"{markdown_text(a)} ↑" + ("" if group.measure_note(a) is None else f" ({markdown_text(group.headline(a))})")
+    head += [f"{markdown_text(a)} ↑"
+             + ("" if group.measure_note(a) is None else f" ({markdown_text(group.headline(a))})")
              + (" (estimator)" if is_estimator(a) else "") for a in measured]
     head += ["report"] if report else []
     lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3 - bool(report))
