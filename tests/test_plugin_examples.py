@@ -83,7 +83,9 @@ def test_the_examples_run_in_an_audit_record_their_versions_and_render(site: Pat
     assert result["env"]["versions"]["rapt-audit-word-drop"] == "0.1.0"
     assert result["env"]["versions"]["rapt-audit-verbatim-share"] == "0.1.0"
     fields = dict(part.split(":", 1) for part in result["signature"].split("|"))  # the comparability signature
-    assert fields["plugins"] == "rapt-audit-verbatim-share=0.1.0,rapt-audit-word-drop=0.1.0"
+    # The attack's version groups the rows it measured; the defense's is its row's provenance (issue #42).
+    assert fields["plugins"] == "rapt-audit-verbatim-share=0.1.0"
+    assert result["defense"]["origin"] == "rapt-audit-word-drop 0.1.0"
     assert fields["attacks"].startswith("verbatim_share,whitebox@") and len(fields["code"]) == 8
     share = result["attacks"]["verbatim_share"]
     assert 0 < share["empirical_privacy"]["value"] < 1, share  # p = 0.3: about 70 % of the words are sent

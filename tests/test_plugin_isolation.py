@@ -443,3 +443,25 @@ def test_dry_run_says_an_attribute_attack_is_skipped_on_data_without_the_attribu
     assert code == 0, err
     assert "1 to run: random_guess" in printed
     assert "skipped: attribute_age: the attacker's records carry no 'age' attribute (attributes present: none)" in printed
+
+
+def test_a_plugin_defense_joins_the_builtins_table_and_a_plugin_attack_names_its_version(register, warm_cache,
+                                                                                         monkeypatch):
+    """Issue #42: a third-party defense's version is its row's provenance, not part of the signature that groups
+    rows (its rows sat alone, and installing it split the built-ins' table); a third-party attack's version stays
+    in it, since it changes every row's numbers."""
+    from rapt_audit.pipeline.config import RunConfig
+    from rapt_audit.pipeline.runner import compute
+
+    plugins.load()
+    keeper = dataclass(type("Keeper", (DEFENSES.get("embedding"),), {}))
+    probe = dataclass(type("Probe", (ATTACKS.get("random_guess"),), {}))
+    register(DEFENSES, "keeper", keeper, origin="rapt-audit-keeper 0.3.1")
+    register(ATTACKS, "probe", probe, origin="rapt-audit-probe 2.0")
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
+    runs = {name: compute(RunConfig(defense=name, attacks="random_guess,probe", profile="smoke", dataset="synthetic",
+                                    defense_args={"eta": 50}))
+            for name in ("embedding", "keeper")}
+    assert runs["keeper"].signature == runs["embedding"].signature  # one table
+    assert "plugins:rapt-audit-probe=2.0" in runs["keeper"].signature and "keeper" not in runs["keeper"].signature
+    assert runs["keeper"].defense["origin"] == "rapt-audit-keeper 0.3.1" and "origin" not in runs["embedding"].defense

@@ -31,7 +31,7 @@ import importlib
 import warnings
 from importlib.metadata import entry_points
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import plugin_fields, undecorated_parameters
@@ -182,6 +182,22 @@ def plugin_distributions() -> dict[str, str]:
     return dict(_distributions)
 
 
+def origins(registry: Registry[type], names: Iterable[str]) -> dict[str, str]:
+    """Distribution → version of the third-party plugins among ``names`` (built-ins have none).
+
+    A result's comparability signature names those of its *attacks* (an attack's version changes every row's
+    numbers), never the defense's: a plugin defense's rows join the built-ins' table (issue #42), its
+    version recorded with the row (``defense.origin``) and in ``env.versions``.
+    """
+    found = {}
+    for name in names:
+        origin = registry.entry(name).origin
+        if origin:
+            dist, _, version = origin.rpartition(" ")
+            found[dist or origin] = version
+    return found
+
+
 def _distribution(ep: Any) -> tuple[str, str]:
     """The ``(name, version)`` of the distribution that declares ``ep`` (empty when it cannot be told)."""
     dist = getattr(ep, "dist", None)
@@ -215,4 +231,4 @@ def _clash(ep: Any, registry: Registry[type]) -> str:
 
 
 __all__ = ["ATTACKS", "DEFENSES", "WORST_CASE", "Installed", "PluginWarning", "installed", "load", "load_builtins",
-           "plugin_distributions", "plugin_problem"]
+           "origins", "plugin_distributions", "plugin_problem"]

@@ -219,8 +219,9 @@ def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, 
 
     Two results may be compared (and share a leaderboard table) only when everything but the
     defense and the seed is the same: data and its fingerprint, split sizes, model weights,
-    profile, the attacks and their settings, the code that ran, the third-party plugins' versions
-    and the package's minor version. The attacks read as their names, each followed by the settings
+    profile, the attacks and their settings, the code that ran, the versions of third-party attacks
+    among them and the package's minor version. A third-party *defense* is not in it: its rows join
+    the built-ins' (issue #42); its version is recorded with the row (``defense.origin``). The attacks read as their names, each followed by the settings
     the run gave it (``mlp_inversion(epochs=5)``; the others are its defaults at this profile and
     code), then ``@`` and a hash of every resolved setting, so that no difference hides behind a name.
 
@@ -228,7 +229,7 @@ def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, 
         attacks: Attack name → its resolved parameters (what the hash covers).
         attack_args: Attack name → the parameters the run set (what is written out).
         code: A digest of rapt-audit's code (:func:`rapt_audit.api.files.package_code_digest`).
-        plugins: Third-party plugin distribution → version, of every plugin loaded (written only when there is one).
+        plugins: Distribution → version of the third-party attacks the run ran (written only when there is one).
     """
     attack_hash = hashlib.sha256(json.dumps(attacks, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:8]
     given = attack_args or {}

@@ -34,7 +34,7 @@ from rapt_audit.api.files import package_code_digest, remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.outputs import folder_exists
 from rapt_audit.api.params import get_params, make_plugin, to_jsonable
-from rapt_audit.api.plugins import ATTACKS, DEFENSES, load, plugin_distributions
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load, origins
 from rapt_audit.api.threat import ThreatModel, declared_threat_model, threat_model_record
 from rapt_audit.api.types import AttackFailure, Outcome, Skip
 from rapt_audit.api.version import __version__
@@ -335,12 +335,13 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                             model_fingerprint=env["model_fingerprint"], profile=config.profile,
                             attacks=attack_settings, package_version=__version__,
                             attack_args={n: dict(config.attack_args.get(n, {})) for n in checked.attacks},
-                            code=package_code_digest(), plugins=plugin_distributions()),
+                            code=package_code_digest(), plugins=origins(ATTACKS, checked.attacks)),
         cell_id=config.cell_id(), config=config.to_dict(),
         dataset={"name": dataset.name, "task": dataset.task, "synthetic": dataset.synthetic,
                  "source": dataset.source, "splits": splits.sizes(), "label_names": list(dataset.label_names),
                  "notes": _jsonable_notes(dataset.notes)},
-        defense={"name": config.defense, "params": get_params(defense), "exposes": sorted(defense.exposes),
+        defense={"name": config.defense, **({"origin": o} if (o := DEFENSES.entry(config.defense).origin) else {}),
+                 "params": get_params(defense), "exposes": sorted(defense.exposes),
                  "release_meta": _jsonable_notes(release.meta)},
         utility=utility, attacks=outcomes, env=env, warnings=warnings)
     return result
