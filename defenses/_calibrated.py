@@ -17,8 +17,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.files import read_cache_json_gz, source_digest, stable_hash, write_cache_json_gz
+from rapt_audit.data.public import public_corpus
+from rapt_audit.defenses._pretraining import mechanism_parameters
 from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.mechanisms.analysis_pack import texts_digest
+from rapt_audit.mechanisms.calibration import find_eta
 
 #: Bumped when the stored document's shape changes.
 FORMAT = "calibrated-eta/1"
@@ -54,4 +57,25 @@ def calibrated_eta(defense: Any, mechanism: Mapping[str, Any], *, target: float,
     return eta
 
 
-__all__ = ["FORMAT", "calibrated_eta"]
+def calibrate_for_target(defense: Any, *, target: float, ctx: RunContext, parameter: str = "eta"
+                         ) -> tuple[float, dict[str, Any]]:
+    """The value of ``defense``'s privacy parameter whose replacement probability on public text is ``target``.
+
+    The defense counts replacements with ``replacement_count(texts, eta=value, rng=, ctx=)`` (its own parameter:
+    η for the dχ defenses, ε for the word mechanisms); :func:`~rapt_audit.mechanisms.calibration.find_eta`
+    searches the value, stored on disk by :func:`calibrated_eta`.
+
+    Returns:
+        The value, and the record for the release's facts (``calibrated_<parameter>``, the corpus).
+    """
+    corpus_name, texts = public_corpus(ctx)
+    seed = ctx.seed_for("calibration", defense.name)
+    value = calibrated_eta(  # stored on disk: a later run with the same target reads it back
+        defense, mechanism_parameters(defense), target=target, corpus=corpus_name, texts=texts, seed=seed, ctx=ctx,
+        compute=lambda: find_eta(lambda v, rng: defense.replacement_count(texts, eta=v, rng=rng, ctx=ctx), target,
+                                 seed=seed))
+    return value, {"target_replacement": target, f"calibrated_{parameter}": value, "calibration_corpus": corpus_name,
+                   "calibration_sentences": len(texts)}
+
+
+__all__ = ["FORMAT", "calibrate_for_target", "calibrated_eta"]

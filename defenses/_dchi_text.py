@@ -20,11 +20,10 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, PositiveInt
 from rapt_audit.api.types import Record
-from rapt_audit.data.public import public_corpus
-from rapt_audit.defenses._calibrated import calibrated_eta
-from rapt_audit.defenses._pretraining import adapted_encoder, mechanism_parameters, read_corpus
+from rapt_audit.defenses._calibrated import calibrate_for_target
+from rapt_audit.defenses._pretraining import adapted_encoder, read_corpus
 from rapt_audit.defenses._text import TextDefense
-from rapt_audit.mechanisms.calibration import ReplacementCount, check_target, find_eta
+from rapt_audit.mechanisms.calibration import ReplacementCount, check_target
 from rapt_audit.mechanisms.noise import check_eta
 from rapt_audit.utility.pretraining import check_objective, resolve_pretrain_settings
 
@@ -76,14 +75,7 @@ class DchiTextDefense(TextDefense):
             if self.replacement is None:
                 self._eta = self.eta
             else:
-                corpus_name, texts = public_corpus(ctx)
-                seed = ctx.seed_for("calibration", self.name)
-                self._eta = calibrated_eta(  # stored on disk: a later run with the same target reads it back
-                    self, mechanism_parameters(self), target=self.replacement, corpus=corpus_name, texts=texts, seed=seed, ctx=ctx,
-                    compute=lambda: find_eta(lambda eta, rng: self.replacement_count(texts, eta=eta, rng=rng, ctx=ctx),
-                                             self.replacement, seed=seed))
-                self._calibration = {"target_replacement": self.replacement, "calibrated_eta": self._eta,
-                                     "calibration_corpus": corpus_name, "calibration_sentences": len(texts)}
+                self._eta, self._calibration = calibrate_for_target(self, target=self.replacement, ctx=ctx)
         return self._eta
 
     def privacy_level(self, ctx: RunContext) -> float:

@@ -515,3 +515,33 @@ LAPLACE_CATCHERS: dict[str, tuple[str, ...]] = {
     "shared": ("covariance_min_eig",),
     "scalar_per_example": ("covariance_min_eig",),
 }
+
+
+# --- Categorical laws: the exponential mechanism of the word-level sanitizers (SanText, CusText) ---------
+
+
+def categorical_chi2_pvalue(outcomes: np.ndarray, probabilities: np.ndarray, *, min_expected: float = 5.0) -> float:
+    """Pearson χ² p-value of draws ``outcomes`` (ints in ``[0, k)``) against the law ``probabilities`` (length k).
+
+    Outcomes whose expected count is below ``min_expected`` are pooled into one bin (OpenDP's rule: every
+    expected count ≥ 5), so the χ² approximation holds; an outcome of probability 0 that occurs at all gives
+    p = 0 (the law says it cannot happen).
+    """
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    counts = np.bincount(np.asarray(outcomes, dtype=np.int64), minlength=probabilities.size)
+    if counts.size > probabilities.size or (counts[probabilities == 0] > 0).any():
+        return 0.0
+    n = counts.sum()
+    expected = n * probabilities
+    big = expected >= min_expected
+    observed_bins = np.append(counts[big], counts[~big].sum())
+    expected_bins = np.append(expected[big], expected[~big].sum())
+    if expected_bins[-1] < min_expected:  # too little mass to pool on its own: merge it into the smallest bin
+        smallest = int(np.argmin(expected_bins[:-1]))
+        observed_bins[smallest] += observed_bins[-1]
+        expected_bins[smallest] += expected_bins[-1]
+        observed_bins, expected_bins = observed_bins[:-1], expected_bins[:-1]
+    if observed_bins.size < 2:
+        return 1.0
+    stat = float((((observed_bins - expected_bins) ** 2) / expected_bins).sum())
+    return _chi2_sf(stat, observed_bins.size - 1)

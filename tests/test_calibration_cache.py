@@ -23,19 +23,19 @@ def _refuse(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
 
 
 def test_calibrated_eta_is_read_back_and_keyed_by_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rapt_audit.defenses._dchi_text as dchi  # noqa: PLC0415 - the module whose find_eta a stored η must not call
+    import rapt_audit.defenses._calibrated as calibrated  # noqa: PLC0415 - the module whose find_eta a stored η must not call
 
     ctx = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
     eta, record = _calibrate(ctx)
     assert ctx.tallies()["calibration"] == {"hit": 0, "miss": 1}
     again = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
     with monkeypatch.context() as patch:
-        patch.setattr(dchi, "find_eta", _refuse)
+        patch.setattr(calibrated, "find_eta", _refuse)
         assert _calibrate(again) == (eta, record)  # the very η, and the same record in the release
     assert again.tallies()["calibration"] == {"hit": 1, "miss": 0}
 
     calls = []
-    monkeypatch.setattr(dchi, "find_eta", lambda counter, target, *, seed: calls.append(target) or 42.0)
+    monkeypatch.setattr(calibrated, "find_eta", lambda counter, target, *, seed: calls.append(target) or 42.0)
     other_seed = RunContext(seed=4, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
     assert _calibrate(other_seed)[0] == 42.0 and calls == [0.3]  # the seed draws other noise: computed
     assert _calibrate(again, replacement=0.5)[0] == 42.0 and calls == [0.3, 0.5]  # another target: computed
@@ -43,10 +43,10 @@ def test_calibrated_eta_is_read_back_and_keyed_by_the_target(tmp_path: Path, mon
 
 
 def test_a_damaged_entry_is_computed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rapt_audit.defenses._dchi_text as dchi  # noqa: PLC0415
+    import rapt_audit.defenses._calibrated as calibrated  # noqa: PLC0415
 
     calls = []
-    monkeypatch.setattr(dchi, "find_eta", lambda counter, target, *, seed: calls.append(target) or 42.0)
+    monkeypatch.setattr(calibrated, "find_eta", lambda counter, target, *, seed: calls.append(target) or 42.0)
     ctx = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
     assert _calibrate(ctx)[0] == 42.0
     (entry,) = (tmp_path / "cache" / "calibration").iterdir()

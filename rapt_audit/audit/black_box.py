@@ -13,7 +13,11 @@ words of its own POS category, plus the claimed support: every release stays in 
 category), ``embedding`` (the noisy token vector), ``snd`` (the client's clipped noisy upload;
 clipping is post-processing, so the claim is the same), and ``dpnr`` and ``cape`` (their Laplace
 step on normalised vectors, with the claim ``epsilon/sensitivity · ‖u − u'‖₁``; the trained CAPE
-projection and DPNR's word dropout before it are not audited).
+projection and DPNR's word dropout before it are not audited), and the ε-parameterised word-level
+sanitizers ``santext``, ``tem``, ``vickrey``, ``mahalanobis`` and ``custext``: their own ``release_words``,
+the claim ``ε·d(x, x')`` with the plugin's own groups and metric (``audit_groups``, ``audit_distance``:
+SanText+ pairs sensitive words and checks that they stay sensitive; CusText pairs words of one customized
+set, claims ε for each such pair, and checks that releases stay in the set; Mahalanobis measures d_M).
 """
 
 from __future__ import annotations
@@ -43,7 +47,14 @@ AUDITED = {"t2t": "the released token of one token (unit=token) or word of one w
            "embedding": "the noisy embedding of one token",
            "snd": "the client's upload of one token: noisy embedding, then clipping",
            "dpnr": "the Laplace release of a normalised vector (batches of two records)",
-           "cape": "the Laplace release of a normalised vector (batches of two records)"}
+           "cape": "the Laplace release of a normalised vector (batches of two records)",
+           "santext": "the released word of one word (SanText+: pairs of sensitive words, and the sensitive support)",
+           "tem": "the released word of one word",
+           "vickrey": "the released word of one word (noise, then the first or second nearest)",
+           "mahalanobis": "the released word of one word, against the Mahalanobis distance of the pair",
+           "custext": "the released word of one word, pairs within one customized set, and the set as support"}
+#: The word-level sanitizers parameterised by ε (their claim is ε·d(x, x'), d per :func:`_metric`).
+WORD_MECHANISMS = ("santext", "tem", "vickrey", "mahalanobis", "custext")
 #: Defenses with a stated guarantee that the audit does not cover yet.
 NOT_YET: tuple[str, ...] = ()
 #: Probe words (whole regular tokens of common English; PCT2T uses those of its selected categories).
@@ -141,11 +152,11 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     if int(pairs) < 1 or int(search) < 0:
         raise UsageError(f"--pairs must be at least 1 and --search at least 0, got {pairs} and {search}")
     plugin = make_plugin(DEFENSES, defense, dict(params or {}))
-    laplace = defense in ("dpnr", "cape")
-    eta = float(plugin.epsilon / plugin.sensitivity if laplace else plugin.eta)
+    laplace, word_mechanism = defense in ("dpnr", "cape"), defense in WORD_MECHANISMS
+    eta = float(plugin.epsilon / plugin.sensitivity if laplace else plugin.epsilon if word_mechanism else plugin.eta)
     if math.isinf(eta):
-        raise UsageError(f"{'epsilon' if laplace else 'eta'}=inf claims no privacy, so there is nothing to audit; "
-                         "set a finite value")
+        raise UsageError(f"{'epsilon' if laplace or word_mechanism else 'eta'}=inf claims no privacy, so there is "
+                         "nothing to audit; set a finite value")
     started = time.perf_counter()
     ctx = RunContext(seed=seed, profile="cpu", device=device, model=model, cache_dir=default_cache_dir())
     if laplace:
@@ -167,15 +178,17 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     sampler = _samplers(defense, plugin, engine, ctx)
     rng = np.random.default_rng(seed)
     report = AuditReport(defense, get_params(plugin), eta, float(alpha), int(samples), seed,
-                         model_fingerprint(model, cache_dir=ctx.cache_dir))
+                         model_fingerprint(model, cache_dir=ctx.cache_dir),
+                         parameter="epsilon" if word_mechanism else "eta")
     group_of = dict(probes)
+    metric = _metric(defense, plugin, ctx, space)
     chosen = [(label, row, other, group_of[row])
               for label, row, other in _pairs(space.vectors, [(row, groups[g]) for row, g in probes], space.tokens,
                                               int(pairs))]
     vector_release = defense in ("embedding", "snd")
 
     def audit(row: int, other: int, group: str, label: str, n: int, level: float) -> PairAudit:
-        distance = float(np.linalg.norm(space.vectors[row].astype(np.float64) - space.vectors[other]))
+        distance = metric(row, other)
         score = dchi_log_ratio(space.vectors[row], space.vectors[other]) if vector_release else None
         return audit_pair(sampler(row, group), sampler(other, group), claim=eta * distance, n=n, alpha=level,
                           rng=rng, label=label, distance=distance, score=score)
@@ -196,10 +209,13 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
                        row, other, group))
     for label, row, other, group in chosen:
         report.pairs.append(audit(row, other, group, label, int(samples), alpha / len(chosen)))
-    if defense in ("pct2t", "rapt"):  # the claimed support: a word of the input's own category, never another
+    if defense in ("pct2t", "rapt", "custext") or (defense == "santext" and plugin.plus):
+        # The claimed support: PCT2T's word of the input's own category; CusText's word of the input's own set;
+        # SanText+'s sensitive word for a sensitive input. One release outside it disproves the claim.
+        where = "a " if defense in ("pct2t", "rapt") else "in the "  # "stays a noun", "stays in the set of 'good'"
         for row, group in dict.fromkeys((row, group) for _, row, _, group in chosen):
             report.pairs.append(audit_support(sampler(row, group), candidates[group], n=int(samples), rng=rng,
-                                              label=f"support: {space.tokens[row]} stays a {group}"))
+                                              label=f"support: {space.tokens[row]} stays {where}{group}"))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -262,6 +278,10 @@ def _groups(defense: str, plugin: Any, ctx: RunContext, space: Any) -> dict[str,
         return {"word": whole_word_rows(space)}
     if defense in ("pct2t", "rapt"):
         return {category: rows for category, rows in pos_groups(ctx).items() if category in plugin.categories}
+    if defense in WORD_MECHANISMS:  # the plugin names its groups of words (audit_groups); here they become rows
+        row_of = {token: r for r, token in enumerate(space.tokens)}
+        return {group: np.array([row_of[w] for w in members if w in row_of], dtype=np.int64)
+                for group, members in plugin.audit_groups(ctx).items()}
     return {"vocabulary": np.arange(len(space.tokens))}
 
 
@@ -296,4 +316,21 @@ def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callab
     def pct2t(row: int, group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
         return words_of(row, group, "pos")
 
-    return {"t2t": t2t, "pct2t": pct2t, "rapt": pct2t, "embedding": embedding, "snd": snd}[defense]
+    def word_mechanism(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
+        row_of = {token: r for r, token in enumerate(space.tokens)}
+
+        def sample(n: int, rng: np.random.Generator) -> np.ndarray:
+            released, _ = plugin.release_words([space.tokens[row]] * n, epsilon=plugin.epsilon, rng=rng, ctx=ctx)
+            return np.array([row_of.get(w, -1) for w in released], dtype=np.int64)
+
+        return sample
+
+    return {"t2t": t2t, "pct2t": pct2t, "rapt": pct2t, "embedding": embedding, "snd": snd,
+            **dict.fromkeys(WORD_MECHANISMS, word_mechanism)}[defense]
+
+
+def _metric(defense: str, plugin: Any, ctx: RunContext, space: Any) -> Callable[[int, int], float]:
+    """``d(x, x')`` of the defense's claim for two rows of the space: Euclidean, or the word mechanisms' own."""
+    if defense in WORD_MECHANISMS:  # the plugin's own metric (audit_distance): Mahalanobis, CusText's per set
+        return lambda row, other: float(plugin.audit_distance(space.tokens[row], space.tokens[other], ctx=ctx))
+    return lambda row, other: float(np.linalg.norm(space.vectors[row].astype(np.float64) - space.vectors[other]))

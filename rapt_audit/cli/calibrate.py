@@ -27,7 +27,8 @@ DENIABILITY = {"smoke": (100, 50), "cpu": (1000, 300), "paper": (1000, None)}
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``calibrate`` sub-command."""
     p = sub.add_parser("calibrate", help="word-replacement probability per eta (RAPT Table III) and more")
-    p.add_argument("--defense", default="t2t", help="t2t, pct2t or embedding (default t2t)")
+    p.add_argument("--defense", default="t2t", help="t2t, pct2t, embedding, or a word-level sanitizer whose --eta "
+                   "values are its epsilon: santext, custext, tem, vickrey, mahalanobis (default t2t)")
     p.add_argument("--model", default="minilm", help="minilm (bundled), a Hugging Face id or a local directory")
     p.add_argument("--eta", default="25,75,125,150,175,inf", help="comma-separated eta values")
     p.add_argument("--target-replacement", type=number, default=None, help="also find the eta giving this probability")
@@ -60,10 +61,14 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
     seed = ctx.seed_for("calibrate", args.defense)
     rows = [replacement_probability(counter, eta, seed=seed) for eta in etas]
+    # The ε-parameterised word mechanisms read --eta as their ε; RAPT's table of η does not apply to them.
+    parameter = getattr(defense, "privacy_parameter", "eta")
+    dchi = parameter == "eta"
     doc: dict[str, Any] = {"defense": args.defense, "params": get_params(defense), "model": args.model,
                            "model_fingerprint": ctx.encoder().fingerprint, "corpus": corpus,
-                           "corpus_sentences": len(texts), "seed": args.seed, "rows": [r.to_dict() for r in rows],
-                           "reference": "RAPT v3 Table III, BERT-base (a different embedding model)"}
+                           "corpus_sentences": len(texts), "seed": args.seed, "parameter": parameter,
+                           "rows": [r.to_dict() | ({} if dchi else {"rapt_table_iii_bert_base": None}) for r in rows],
+                           "reference": "RAPT v3 Table III, BERT-base (a different embedding model)" if dchi else None}
     if args.target_replacement is not None:
         eta = find_eta(counter, args.target_replacement, seed=seed)
         check = replacement_probability(counter, eta, seed=seed + 1)  # fresh noise: an honest check
@@ -93,7 +98,8 @@ def format_table(doc: dict[str, Any]) -> str:
     """Plain-text table of a calibration document."""
     lines = [f"word-replacement probability: defense {doc['defense']}, model {doc['model']}, "
              f"corpus {doc['corpus']} ({doc['corpus_sentences']} sentences), seed {doc['seed']}",
-             f"{'eta':>8}  {'replacement':>11}  {'95% CI':>17}  {'forced':>7}  {'held':>7}  {'units':>7}  "
+             f"{doc.get('parameter', 'eta'):>8}"  # eta, or a word mechanism's epsilon
+             f"  {'replacement':>11}  {'95% CI':>17}  {'forced':>7}  {'held':>7}  {'units':>7}  "
              "RAPT Tab. III (BERT-base)"]
     for row in doc["rows"]:
         r, forced, held = row["replacement"], row.get("forced"), row.get("replacement_of_held_units")
