@@ -22,13 +22,13 @@ def _refuse(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
     raise AssertionError("find_eta ran although the calibration was stored")
 
 
-def test_calibrated_eta_is_read_back_and_keyed_by_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_calibrated_eta_is_read_back_and_keyed_by_the_target(warm_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import rapt_audit.defenses._calibrated as calibrated  # noqa: PLC0415 - the module whose find_eta a stored η must not call
 
-    ctx = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
+    ctx = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=warm_cache)
     eta, record = _calibrate(ctx)
     assert ctx.tallies()["calibration"] == {"hit": 0, "miss": 1}
-    again = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
+    again = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=warm_cache)
     with monkeypatch.context() as patch:
         patch.setattr(calibrated, "find_eta", _refuse)
         assert _calibrate(again) == (eta, record)  # the very η, and the same record in the release
@@ -36,7 +36,7 @@ def test_calibrated_eta_is_read_back_and_keyed_by_the_target(tmp_path: Path, mon
 
     calls = []
     monkeypatch.setattr(calibrated, "find_eta", lambda counter, target, *, seed: calls.append(target) or 42.0)
-    other_seed = RunContext(seed=4, profile="smoke", device="cpu", cache_dir=tmp_path / "cache")
+    other_seed = RunContext(seed=4, profile="smoke", device="cpu", cache_dir=warm_cache)
     assert _calibrate(other_seed)[0] == 42.0 and calls == [0.3]  # the seed draws other noise: computed
     assert _calibrate(again, replacement=0.5)[0] == 42.0 and calls == [0.3, 0.5]  # another target: computed
     assert _calibrate(again, unit="word")[0] == 42.0 and len(calls) == 3  # another mechanism: computed

@@ -460,7 +460,7 @@ def test_a_plugin_defense_joins_the_builtins_table_and_a_plugin_attack_names_its
     register(ATTACKS, "probe", probe, origin="rapt-audit-probe 2.0")
     monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     runs = {name: compute(RunConfig(defense=name, attacks="random_guess,probe", profile="smoke", dataset="synthetic",
-                                    defense_args={"eta": 50}))
+                                    defense_args={"eta": 50, "method": "probe"}))  # no service training
             for name in ("embedding", "keeper")}
     assert runs["keeper"].signature == runs["embedding"].signature  # one table
     assert "plugins:rapt-audit-probe=2.0" in runs["keeper"].signature and "keeper" not in runs["keeper"].signature
