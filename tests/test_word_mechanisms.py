@@ -293,12 +293,13 @@ def test_calibrate_reports_each_word_mechanisms_replacement_against_its_epsilon(
 
 
 def test_a_replacement_target_calibrates_epsilon_on_public_text_and_is_read_back(warm_cache):
+    from rapt_audit.data.public import public_corpus
     from rapt_audit.pipeline.context import RunContext
 
     ctx = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=warm_cache)
     defense = make_plugin(DEFENSES, "santext", {"replacement": 0.5})
     epsilon = defense.effective_epsilon(ctx)
-    texts = ctx.public_text()[1]
+    texts = public_corpus(ctx)[1]  # the sentences it was calibrated on (not all of WikiText-2 when the data is here)
     count = defense.replacement_count(texts, eta=epsilon, rng=np.random.default_rng(99), ctx=ctx)  # fresh noise
     # Bisection stops within 2⁻¹² of the bracket in log ε; the band is ~5 binomial standard deviations wide.
     assert count.perturbed > 400 and abs(count.rate - 0.5) < 5 * np.sqrt(0.25 / count.perturbed) + 0.02, count.rate

@@ -175,6 +175,13 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
         group = next((g for g, rows in groups.items() if row >= 0 and row in rows), None)
         if group is not None:
             probes.append((row, group))
+    if not probes:  # no probe word lies in a group (SanText+'s sensitive words are the rarest): seeded rows of each
+        pick = np.random.default_rng([seed, 1])
+        probes = [(int(row), g) for g, rows in groups.items() if rows.size
+                  for row in np.sort(pick.choice(rows, size=min(len(PROBES), rows.size), replace=False))]
+    if not probes:
+        raise UsageError(f"defense {defense!r}: no word that is one token of its own is in any group it claims a "
+                         "guarantee for, so there is no pair to audit")
     sampler = _samplers(defense, plugin, engine, ctx)
     rng = np.random.default_rng(seed)
     report = AuditReport(defense, get_params(plugin), eta, float(alpha), int(samples), seed,
