@@ -132,13 +132,14 @@ def test_all_attacks_end_to_end_on_real_sst2(tmp_path, data_dir):
     assert main(["run", "--defense", "identity", "--attacks", "all", "--dataset", "sst2", "--profile", "smoke",
                  "--data-dir", str(data_dir), "--out", str(out), "--quiet"]) == 0
     doc = _result(out)
-    from rapt_audit.api.plugins import ATTACKS
+    from rapt_audit.api.plugins import ATTACKS, WORST_CASE
 
-    assert set(doc["attacks"]) == set(ATTACKS.select("all"))
+    assert set(doc["attacks"]) == set(ATTACKS.select("all")) | {WORST_CASE}  # and the worst case over them
     for name, outcome in doc["attacks"].items():
         assert "skipped" in outcome or 0.0 <= outcome["empirical_privacy"]["ci_low"], name
-    # No privacy at all: the white-box attacker reads every token.
+    # No privacy at all: the white-box attacker reads every token, and so the worst case is none.
     assert doc["attacks"]["whitebox"]["empirical_privacy"]["value"] == 0.0
+    assert doc["attacks"][WORST_CASE]["empirical_privacy"]["value"] == 0.0
 
 
 def test_the_run_summary_arrows_an_error_downwards():
