@@ -53,8 +53,6 @@ AUDITED = {"t2t": "the released token of one token (unit=token) or word of one w
            "vickrey": "the released word of one word (noise, then the first or second nearest)",
            "mahalanobis": "the released word of one word, against the Mahalanobis distance of the pair",
            "custext": "the released word of one word, pairs within one customized set, and the set as support"}
-#: The word-level sanitizers parameterised by ε (their claim is ε·d(x, x'), d per :func:`_metric`).
-WORD_MECHANISMS = ("santext", "tem", "vickrey", "mahalanobis", "custext")
 #: Defenses with a stated guarantee that the audit does not cover yet.
 NOT_YET: tuple[str, ...] = ()
 #: Probe words (whole regular tokens of common English; PCT2T uses those of its selected categories).
@@ -152,7 +150,7 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     if int(pairs) < 1 or int(search) < 0:
         raise UsageError(f"--pairs must be at least 1 and --search at least 0, got {pairs} and {search}")
     plugin = make_plugin(DEFENSES, defense, dict(params or {}))
-    laplace, word_mechanism = defense in ("dpnr", "cape"), defense in WORD_MECHANISMS
+    laplace, word_mechanism = defense in ("dpnr", "cape"), _is_word_mechanism(plugin)
     eta = float(plugin.epsilon / plugin.sensitivity if laplace else plugin.epsilon if word_mechanism else plugin.eta)
     if math.isinf(eta):
         raise UsageError(f"{'epsilon' if laplace or word_mechanism else 'eta'}=inf claims no privacy, so there is "
@@ -285,8 +283,8 @@ def _groups(defense: str, plugin: Any, ctx: RunContext, space: Any) -> dict[str,
         return {"word": whole_word_rows(space)}
     if defense in ("pct2t", "rapt"):
         return {category: rows for category, rows in pos_groups(ctx).items() if category in plugin.categories}
-    if defense in WORD_MECHANISMS:  # the plugin names its groups of words (audit_groups); here they become rows
-        row_of = {token: r for r, token in enumerate(space.tokens)}
+    if _is_word_mechanism(plugin):  # the plugin names its groups of words (audit_groups); here they become rows
+        row_of = _token_rows(ctx, space)
         return {group: np.array([row_of[w] for w in members if w in row_of], dtype=np.int64)
                 for group, members in plugin.audit_groups(ctx).items()}
     return {"vocabulary": np.arange(len(space.tokens))}
@@ -324,7 +322,7 @@ def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callab
         return words_of(row, group, "pos")
 
     def word_mechanism(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
-        row_of = {token: r for r, token in enumerate(space.tokens)}
+        row_of = _token_rows(ctx, space)
 
         def sample(n: int, rng: np.random.Generator) -> np.ndarray:
             released, _ = plugin.release_words([space.tokens[row]] * n, epsilon=plugin.epsilon, rng=rng, ctx=ctx)
@@ -332,12 +330,25 @@ def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callab
 
         return sample
 
-    return {"t2t": t2t, "pct2t": pct2t, "rapt": pct2t, "embedding": embedding, "snd": snd,
-            **dict.fromkeys(WORD_MECHANISMS, word_mechanism)}[defense]
+    if _is_word_mechanism(plugin):
+        return word_mechanism
+    return {"t2t": t2t, "pct2t": pct2t, "rapt": pct2t, "embedding": embedding, "snd": snd}[defense]
 
 
 def _metric(defense: str, plugin: Any, ctx: RunContext, space: Any) -> Callable[[int, int], float]:
     """``d(x, x')`` of the defense's claim for two rows of the space: Euclidean, or the word mechanisms' own."""
-    if defense in WORD_MECHANISMS:  # the plugin's own metric (audit_distance): Mahalanobis, CusText's per set
+    if _is_word_mechanism(plugin):  # the plugin's own metric (audit_distance): Mahalanobis, CusText's per set
         return lambda row, other: float(plugin.audit_distance(space.tokens[row], space.tokens[other], ctx=ctx))
     return lambda row, other: float(np.linalg.norm(space.vectors[row].astype(np.float64) - space.vectors[other]))
+
+
+def _is_word_mechanism(plugin: Any) -> bool:
+    """Whether ``plugin`` is an ε-parameterised word mechanism (SanText, CusText, TEM, Vickrey, Mahalanobis):
+    it releases words (``release_words``) and names the groups and the metric of its claim ε·d(x, x')
+    (``audit_groups``, ``audit_distance``), the audit interface of ``WordMechanismDefense``."""
+    return all(callable(getattr(plugin, name, None)) for name in ("release_words", "audit_groups", "audit_distance"))
+
+
+def _token_rows(ctx: RunContext, space: Any) -> dict[str, int]:
+    """Token → its row of the embedding space, built once per run (every probe's sampler reads it)."""
+    return ctx.shared(("audit_token_rows", ctx.model), lambda: {token: r for r, token in enumerate(space.tokens)})
