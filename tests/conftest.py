@@ -49,11 +49,20 @@ def pytest_configure(config: pytest.Config) -> None:
         set_threads(thread_share(available_cores(), int(workers)))
 
 
-#: Where a file runs in the order workers take files (pytest-xdist's ``--dist loadfile`` hands them out in
-#: collection order): the largest file that needs PCT2T's lexicon first, so one worker builds the template
-#: (about 50 s on its one core with WikiText-2 in the data folder) while the other runs files that need
-#: nothing; the other large one last, when the template is there. Every other file keeps its place.
-FILE_ORDER = {"test_conformance.py": -1, "test_docs_commands.py": 1}
+#: The files that take longest, in the order workers take them (pytest-xdist's ``--dist loadfile`` hands files
+#: out in collection order, the next one to a worker whose file is nearly done): longest first, so that the last
+#: files handed out are short and the workers finish together (on two cores a 20 s file handed out last kept
+#: one worker busy 15 s after the other stopped). The largest file that needs PCT2T's lexicon comes first, so
+#: one worker builds the template (about 50 s on its one core with WikiText-2 in the data folder) while the
+#: other runs files that need nothing; the others that need it come after one such file. Every file not
+#: listed keeps its collection order, after these. Measured core-seconds (2026-11-28, two workers, no data
+#: folder) are in reports/benchmarks.md; re-rank when a file's cost changes much.
+LONGEST_FILES = ("test_conformance.py", "test_attacks_inference.py", "test_local_sweep.py", "test_mechanisms.py",
+                 "test_docs_commands.py", "test_attacks_inversion.py", "test_benchmark.py", "test_ray_sweep.py",
+                 "test_privacy_audit.py", "test_service_cache.py", "test_plugin_examples.py", "test_bundle.py",
+                 "test_examples.py", "test_pretraining.py", "test_plugin_isolation.py", "test_selection.py",
+                 "test_word_mechanisms.py", "test_embedding_service.py", "test_vocab_nn.py")
+FILE_ORDER = {name: rank - len(LONGEST_FILES) for rank, name in enumerate(LONGEST_FILES)}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -177,6 +186,12 @@ def warm_cache(tmp_path: Path, _embedding_template: Path) -> Path:
 def warm_pos_cache(tmp_path: Path, _pos_template: Path) -> Path:
     """:func:`warm_cache` with PCT2T's POS lexicon and its vectors (tests of PCT2T and RAPT)."""
     return seed_cache(_pos_template, tmp_path / "cache")
+
+
+@pytest.fixture(scope="session")
+def seed_warm_cache(_embedding_template: Path) -> Callable[[Path], Path]:
+    """Seeds a given cache folder as :func:`warm_cache` does (for module-scoped folders)."""
+    return lambda folder: seed_cache(_richest_template(_embedding_template), folder)
 
 
 @pytest.fixture(scope="session")

@@ -55,10 +55,10 @@ inversion = "synthetic"
 attribute = "synthetic"
 
 [splits]
-victim_train = 100
-victim_test = 50
-attacker_train = 100
-attacker_valid = 50
+victim_train = 60
+victim_test = 40
+attacker_train = 60
+attacker_valid = 30
 
 [defenses.identity]
 
@@ -144,7 +144,7 @@ BAD = [
     ('utility = "synthetc"', 'utility = "synthetic"', 'utility = "synthetc"', "Did you mean 'synthetic'"),
     ("atribute =", 'attribute = "synthetic"', 'atribute = "synthetic"', "Did you mean 'attribute'"),
     ("seeds =", "seeds = [0, 1]", "seeds = [0, 0]", "more than once"),
-    ("victim_test =", "victim_test = 50", "victim_test = -1", "victim_test"),
+    ("victim_test =", "victim_test = 40", "victim_test = -1", "victim_test"),
     ("[datasets", "[datasets]", "[datasets", "not valid TOML"),
 ]
 

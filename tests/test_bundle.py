@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -391,9 +392,12 @@ def test_a_benchmark_run_is_packed_as_its_cells(tmp_path, data_dir):
 
 
 def test_a_bundle_without_spacy_ships_the_runs_analyses_into_the_cache(tmp_path, tiny_model, fake_wheels, tiny_data,
-                                                                       monkeypatch):
+                                                                       monkeypatch, session_cache_with_lexicon):
     monkeypatch.setattr(bundle_mod, "resolve_model_path", lambda spec: str(tiny_model))
-    out = tmp_path / "bundle"  # the session's cache: the vocabulary lexicon is tagged once per session
+    # The session's cache holds the lexicon of the demo corpus (tests/conftest.py): without WikiText-2 in the
+    # data folder the run's lexicon is that one. What is tested is that it travels, not how it is built.
+    shutil.rmtree(tiny_data / "wikitext2")
+    out = tmp_path / "bundle"
     cmd_bundle(bundle_args("--out", str(out), "--python", PY, "--wheels-from", str(fake_wheels), "--preset", "0",
                            "--no-spacy", "--", "run", "--defense", "pct2t", "--attacks", "random_guess", "--dataset",
                            "sst2", "--profile", "smoke", "--data-dir", str(tiny_data)))

@@ -25,8 +25,13 @@ def _refuse(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
 def test_calibrated_eta_is_read_back_and_keyed_by_the_target(warm_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import rapt_audit.defenses._calibrated as calibrated  # noqa: PLC0415 - the module whose find_eta a stored η must not call
 
-    ctx = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=warm_cache)
-    eta, record = _calibrate(ctx)
+    # The search itself is tested in test_mechanisms (a target met on fresh noise); here an η that no default
+    # could give stands for its result, so that what is read back can only be what was stored.
+    with monkeypatch.context() as patch:
+        patch.setattr(calibrated, "find_eta", lambda counter, target, *, seed: 57.375)
+        ctx = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=warm_cache)
+        eta, record = _calibrate(ctx)
+    assert eta == 57.375 and record["calibrated_eta"] == 57.375
     assert ctx.tallies()["calibration"] == {"hit": 0, "miss": 1}
     again = RunContext(seed=3, profile="smoke", device="cpu", cache_dir=warm_cache)
     with monkeypatch.context() as patch:

@@ -21,6 +21,7 @@ script, the test command, ``export``) are checked, not executed. Code paths the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.metadata
 import os
@@ -88,6 +89,7 @@ class DocLine:
     source: str
     argv: tuple[str, ...]
     line: int = 0
+    also: tuple[str, ...] = ()  # other places that document the same command
 
     @property
     def label(self) -> str:
@@ -96,7 +98,8 @@ class DocLine:
 
     @property
     def where(self) -> str:
-        return f"{self.source}:{self.line}" if self.line else self.source
+        here = f"{self.source}:{self.line}" if self.line else self.source
+        return ", ".join((here, *self.also))
 
 
 def _readme_steps() -> list[DocLine]:
@@ -137,8 +140,18 @@ def _is_program(step: DocLine) -> bool:
     return bool(step.argv) and step.argv[0] in (PROGRAM, VENV_PROGRAM)
 
 
+def _once(steps: list[DocLine]) -> list[DocLine]:
+    """Each command once, whichever program path it is written with: the README and a ``--help`` text often
+    document the same line, and running it twice checks nothing more (a failure names every place)."""
+    first: dict[tuple[str, ...], DocLine] = {}
+    for step in steps:
+        key = step.argv[1:]
+        first[key] = dataclasses.replace(first[key], also=(*first[key].also, step.where)) if key in first else step
+    return list(first.values())
+
+
 ALL_STEPS = _readme_steps() + _help_commands()
-COMMANDS = [s for s in ALL_STEPS if _is_program(s)]
+COMMANDS = _once([s for s in ALL_STEPS if _is_program(s)])
 OTHER_STEPS = [s for s in ALL_STEPS if not _is_program(s)]
 # The documented runs, once each for the real-run test (the README and --help share some; a documented
 # dry run is the same run without --dry-run).
@@ -216,7 +229,7 @@ def _build_fixtures(argv: tuple[str, ...], work: Path, *, inputs_of_run: bool = 
 def test_the_documentation_shows_commands():
     """The parsers found what the docs hold (guards against a parser that silently finds nothing)."""
     assert {c.argv[1] for c in COMMANDS} >= {"run", "calibrate", "report", "leaderboard", "check", "ls"}
-    assert any(c.source.startswith(f"{PROGRAM} run --help") for c in COMMANDS)
+    assert any(c.source.startswith(f"{PROGRAM} run --help") for c in ALL_STEPS if _is_program(c))
     assert any("--dry-run" in c.argv for c in COMMANDS if c.source.startswith("README"))
 
 

@@ -258,6 +258,29 @@ def test_a_target_below_the_forced_floor_is_refused_naming_the_floor():
         find_eta(counter, 0.05, seed=0)
 
 
+def test_the_eta_search_stops_where_the_measurement_cannot_tell_its_bracket_apart():
+    """Bisection ends once the bracket's two rates lie within one standard error of a rate at the target: few
+    passes on a small corpus, all of them on a large one, and the rate found is within that error either way."""
+    import math
+
+    from rapt_audit.mechanisms.calibration import ReplacementCount, find_eta
+
+    def search(units):
+        etas = []
+
+        def counter(eta, rng):  # replacement falls smoothly with eta: rate = 1 / (1 + eta / 50)
+            etas.append(eta)
+            return ReplacementCount(perturbed=units, replaced=round(units / (1 + eta / 50)))
+
+        eta = find_eta(counter, 0.3, seed=0)
+        return etas, 1 / (1 + eta / 50), math.sqrt(0.3 * 0.7 / units)
+
+    small, rate, error = search(400)
+    assert abs(rate - 0.3) < error and len(small) <= 8 and len(set(small)) == len(small)  # no point measured twice
+    large, rate, error = search(10 ** 7)
+    assert abs(rate - 0.3) < 0.002 and len(large) > len(small) + 4
+
+
 def test_a_calibration_row_gives_the_replacement_of_held_units_beside_the_forced_share():
     """The held units' curve is the replaced share once the forced units are taken out: 0 where only they change."""
     from rapt_audit.mechanisms.calibration import ReplacementCount, replacement_probability

@@ -100,6 +100,27 @@ def test_weighted_bootstrap_is_a_ratio_estimator():
         bootstrap_mean([], rng=np.random.default_rng(1))
 
 
+def test_the_auc_of_any_resample_is_scikit_learns():
+    """The AUC counted from rank levels equals roc_auc_score's on resamples with repeats and tied scores, for two
+    classes and macro one-vs-rest beyond; a resample missing a class of its own has none (dropped, not an error)."""
+    from sklearn.metrics import roc_auc_score
+
+    from rapt_audit.scoring.classification import RankedScores
+
+    rng = np.random.default_rng(3)
+    for k in (2, 3):
+        probabilities = rng.dirichlet(np.ones(k), size=12)[rng.integers(0, 12, size=80)]  # 12 rows: many ties
+        truth = rng.integers(0, k, size=80)
+        ranked = RankedScores(probabilities, truth)
+        for _ in range(40):
+            idx = rng.integers(0, 80, size=80)
+            y = truth[idx]
+            expected = (roc_auc_score(y, probabilities[idx, 1]) if k == 2 else
+                        roc_auc_score(y, probabilities[idx], multi_class="ovr", average="macro", labels=list(range(k))))
+            assert ranked.auc(idx) == pytest.approx(expected, abs=1e-12)
+        assert np.isnan(ranked.auc(np.flatnonzero(truth != 1)))  # class 1 absent: no AUC
+
+
 def test_wilson_interval():
     """The closed forms of the 95 % Wilson interval (z = 1.96): z²/(n + z²) for 0 of n, and for n/2 of n
     the centre 1/2 with half-width z·sqrt(1/(4n) + z²/(4n²)) / (1 + z²/n)."""

@@ -165,7 +165,7 @@ def _poisoned(records: list[Record]) -> list[Record]:
 
 def test_a_poisoned_test_split_cannot_change_the_choice(ctx, synthetic_splits):
     """Flipped labels and replaced texts in the test split: same validation curves, same choice."""
-    params = {"method": "prompt", "eta": 100.0, "lr_grid": "3e-3,1e-2"}
+    params = {"method": "prompt", "eta": 100.0, "lr_grid": "3e-3,1e-2", "epochs": 2}  # two: an epoch to choose too
     outcomes = []
     for test in (list(synthetic_splits.victim_test), _poisoned(list(synthetic_splits.victim_test))):
         defense = make_plugin(DEFENSES, "t2t", params).fit(synthetic_splits.victim_train, ctx=ctx)

@@ -37,6 +37,7 @@ import functools
 import itertools
 import json
 import sys
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -290,20 +291,25 @@ def vocabulary_lexicon(load_nlp: Callable[[], Any], words: Sequence[str], *,
     return lexicon
 
 
-@functools.lru_cache(maxsize=8)
+#: Per spaCy pipeline, each word tagged alone -> its category (None: the tagger splits it, or its tag has no
+#: category), kept for the process (see :func:`_isolated_tags`).
+_ISOLATED: weakref.WeakKeyDictionary[Any, dict[str, str | None]] = weakref.WeakKeyDictionary()
+
+
 def _isolated_tags(nlp, words: tuple[str, ...]) -> frozenset[tuple[str, str]]:  # noqa: ANN001 - spacy.Language
-    """(word, category) of each word's tag when tagged alone (a word the tagger splits has none), kept for
-    the process: tagging the 60,000 words of a lexicon takes about 20 s on one core, and a test session
-    builds lexicons in many cache folders. Room for 8 word lists: with 2, lexicons of a few words (tests)
-    pushed the vocabulary's out and the next cache folder tagged it all again."""
-    member: set[tuple[str, str]] = set()
-    for word, doc in zip(words, nlp.pipe(words, batch_size=2048)):
-        if len(doc) != 1:
-            continue  # the tagger split the entry (e.g. "cannot"); no single category
-        category = category_of(upos_of(word, doc[0].tag_))
-        if category is not None:
-            member.add((word, category))
-    return frozenset(member)
+    """(word, category) of each word's tag when tagged alone (a word the tagger splits has none).
+
+    Each word is tagged once a process: tagging the 60,000 words of a lexicon takes about 20 s on one core,
+    and the lexicons of other public text (with or without the data folder, a bundle's, a test's cache
+    folder) share all of the vocabulary's words and differ by a few hundred others. (Kept per word list
+    before, a second list re-tagged every word: 11 s of a bundle's pack after a run had built its lexicon.)
+    """
+    known = _ISOLATED.setdefault(nlp, {})
+    new = [word for word in dict.fromkeys(words) if word not in known]
+    for word, doc in zip(new, nlp.pipe(new, batch_size=2048)):
+        # A word the tagger splits (e.g. "cannot") has no single category.
+        known[word] = category_of(upos_of(word, doc[0].tag_)) if len(doc) == 1 else None
+    return frozenset((word, known[word]) for word in words if known[word] is not None)
 
 
 def model_strings(nlp) -> list[str]:  # noqa: ANN001 - spacy.Language
@@ -337,7 +343,8 @@ def public_tag_counts(nlp, texts: tuple[str, ...]) -> Counter[tuple[str, str]]: 
     """How often public ``texts`` tag each (normalised word, category), kept for the process.
 
     Tagging WikiText-2 takes about 20 s on one core; a process that builds lexicons in several cache
-    folders (a test session) tags it once (:func:`_isolated_tags` says why 8).
+    folders (a test session) tags it once. Room for 8 lists of texts: with 2, the few sentences of tests pushed
+    the public corpus out and the next cache folder tagged it all again.
     """
     seen: Counter[tuple[str, str]] = Counter()
     for row in ptb_tags(nlp, texts):

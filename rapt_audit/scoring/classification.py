@@ -11,8 +11,6 @@ majority guess): the advantage over it and the chance-normalised privacy.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
-
 import numpy as np
 
 from rapt_audit.api.types import Estimate, PerRecord
@@ -118,23 +116,47 @@ def label_scores(predicted: np.ndarray, truth: np.ndarray, *, rng: np.random.Gen
 def auc_estimate(probabilities: np.ndarray, truth: np.ndarray, *, rng: np.random.Generator) -> Estimate:
     """ROC AUC of class probabilities (macro one-vs-rest beyond two classes), bootstrapped over examples.
 
-    Resamples that hold a single class have no AUC and are dropped by the bootstrap.
+    Resamples without a positive and a negative example of every class have no AUC and are dropped by the
+    bootstrap. Each resample is scored by :class:`RankedScores` (the same value as scikit-learn's
+    ``roc_auc_score``): scikit-learn's own call spends about 4 ms a resample validating its input, which made
+    this estimate a fifth of a smoke cell's time.
     """
-    from sklearn.metrics import roc_auc_score  # lazy (sklearn)
-
     truth = np.asarray(truth)
-    k = probabilities.shape[1]
-    classes: Sequence[int] = list(range(k))
+    ranked = RankedScores(probabilities, truth)
+    return bootstrap_statistic(len(truth), ranked.auc, rng=rng, resamples=STATISTIC_RESAMPLES)
 
-    def statistic(idx: np.ndarray) -> float:
-        y = truth[idx]
-        if len(np.unique(y)) < 2:
-            return float("nan")
-        if k == 2:
-            return float(roc_auc_score(y, probabilities[idx, 1]))
-        return float(roc_auc_score(y, probabilities[idx], multi_class="ovr", average="macro", labels=classes))
 
-    return bootstrap_statistic(len(truth), statistic, rng=rng, resamples=STATISTIC_RESAMPLES)
+class RankedScores:
+    """Class scores of a fixed set of examples, ranked once, so that the AUC of any resample is counting.
+
+    For one class c, AUC = P(score of a c example > score of a non-c example) + ½ P(tie), which is what the
+    trapezoidal area under the ROC curve computes; with the scores replaced by their tie-aware rank levels,
+    it is a sum over levels of (c examples at the level) × (others below + ½ others at the level), exact in
+    integers. Two classes: the AUC of class 1's column; more: the unweighted mean over classes (macro OvR).
+    """
+
+    def __init__(self, probabilities: np.ndarray, truth: np.ndarray) -> None:
+        probabilities, self.truth = np.asarray(probabilities), np.asarray(truth).astype(np.int64)
+        self.classes = (1,) if probabilities.shape[1] == 2 else tuple(range(probabilities.shape[1]))
+        # Each class's column as rank levels 0..L-1 (equal scores share a level), and L.
+        self.levels = {c: np.unique(probabilities[:, c], return_inverse=True)[1].reshape(-1) for c in self.classes}
+        self.n_levels = {c: int(self.levels[c].max()) + 1 if self.levels[c].size else 0 for c in self.classes}
+
+    def auc(self, idx: np.ndarray) -> float:
+        """AUC over the examples ``idx`` (repeats count as often as they occur); NaN where a class lacks a
+        positive or a negative example."""
+        y = self.truth[idx]
+        per_class = []
+        for c in self.classes:
+            positive, levels = y == c, self.levels[c][idx]
+            pos = np.bincount(levels[positive], minlength=self.n_levels[c])
+            neg = np.bincount(levels[~positive], minlength=self.n_levels[c])
+            n_pos, n_neg = int(pos.sum()), int(neg.sum())
+            if n_pos == 0 or n_neg == 0:
+                return float("nan")
+            below = np.cumsum(neg) - neg
+            per_class.append(int((pos * (2 * below + neg)).sum()) / (2 * n_pos * n_neg))
+        return float(np.mean(per_class))
 
 
 def classification_utility(probabilities: np.ndarray, labels: np.ndarray, *, rng: np.random.Generator,
