@@ -10,7 +10,10 @@ in MiniLM's 384-d table; compare defenses at equal replacement (``rapt-audit cal
 
 A subclass implements :meth:`WordMechanismDefense.release_words`; this base splits texts into words,
 puts the released words back with the original whitespace, answers ``calibrate`` (its ``--eta`` values
-are the defense's ε) and records ε and the observed replacement in the release.
+are the defense's ε) and records ε and the observed replacement in the release. ``rapt-audit audit``
+audits any defense with the audit interface (``release_words``, ``audit_groups``, ``audit_distance``;
+optional ``claims_support`` and ``audit_description``), built in or a third party's: the base is public
+as ``rapt_audit.plugin.WordMechanismDefense``.
 """
 
 from __future__ import annotations
@@ -183,6 +186,8 @@ class WordMechanismDefense(TextDefense):
     privacy_parameter: ClassVar[str] = "epsilon"
     #: The ε values a sweep of this defense covers by default (chosen on MiniLM's table, see the subclass).
     epsilon_grid: ClassVar[tuple[float, ...]] = ()
+    #: What ``rapt-audit audit`` says it audits of the mechanism (its report's ``audits``).
+    audit_description: ClassVar[str] = "the released word of one word"
 
     def release_words(self, words_: list[str], *, epsilon: float, rng: np.random.Generator,
                       ctx: RunContext) -> tuple[list[str], ReplacementCount]:
@@ -236,6 +241,11 @@ class WordMechanismDefense(TextDefense):
         """``d(x, x')`` of the claim for two vocabulary words (default: Euclidean between their vectors)."""
         table = word_table(ctx)
         return float(np.linalg.norm(table.vectors[table.row_of[word]] - table.vectors[table.row_of[other]]))
+
+    def claims_support(self) -> bool:
+        """Whether every release of a word of an :meth:`audit_groups` group is a word of that same group (a
+        claimed support, which ``rapt-audit audit`` checks too; default: no such claim)."""
+        return False
 
     def mechanism_facts(self, count: ReplacementCount, ctx: RunContext) -> dict[str, Any]:
         """ε in force, the observed replacement probability and, when ε was calibrated, how."""

@@ -147,12 +147,18 @@ class CusTextDefense(WordMechanismDefense):
     #: (``rapt-audit calibrate --defense custext``, WikiText-2, 1,000 sentences); u ∈ [−1, 0] keeps a 20-word
     #: set near uniform until ε is several units.
     epsilon_grid: ClassVar[tuple[float, ...]] = (1.0, 3.0, 6.0, 10.0, 20.0)
+    audit_description: ClassVar[str] = ("the released word of one word, pairs within one customized set, and the set "
+                                        "as support")
 
     def sets(self, ctx: RunContext) -> CustomizedSets:
         """The run's customized output sets for ``k`` (built once per model and k)."""
         table = word_table(ctx)
         return ctx.shared(("custext_sets", ctx.model, self.k),
                           lambda: customized_sets(table, public_frequency_order(ctx, table), self.k))
+
+    def claims_support(self) -> bool:
+        """True: a word is always released as a word of its own customized set (the sets are disjoint)."""
+        return True
 
     def audit_groups(self, ctx: RunContext) -> dict[str, Sequence[str]]:
         """One group per customized set (named by its first word): the claim holds between words of one set."""

@@ -54,6 +54,7 @@ class MahalanobisDefense(WordMechanismDefense):
     #: T2T's η scale: replacement 0.90 at ε = 50, 0.24 at 100, 0.09 at 150 on MiniLM at λ = 0.2 (word-level T2T:
     #: 0.87, 0.20, 0.09; ``rapt-audit calibrate``, WikiText-2, 1,000 sentences).
     epsilon_grid: ClassVar[tuple[float, ...]] = (50.0, 75.0, 100.0, 125.0, 150.0)
+    audit_description: ClassVar[str] = "the released word of one word, against the Mahalanobis distance of the pair"
 
     def shape(self, ctx: RunContext) -> np.ndarray | None:
         """Σ_p^½ for the run's table (None when λ = 0: the identity, applied as no transform)."""

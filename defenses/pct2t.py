@@ -41,6 +41,10 @@ class PCT2TDefense(DchiTextDefense):
 
     categories: Annotated[tuple[str, ...], Check(resolve_categories)] = DEFAULT_CATEGORIES
 
+    def claims_support(self) -> bool:
+        """True: a word is always released as a word of its own POS category (``rapt-audit audit`` checks it)."""
+        return True
+
     def privatize_words(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator, ctx: RunContext
                         ) -> tuple[list[list[TaggedWord]], list[list[str]], ReplacementCount]:
         """Tag ``texts`` and return, per text, the tagged words and the released word for each."""

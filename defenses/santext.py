@@ -79,6 +79,12 @@ class SanTextDefense(WordMechanismDefense):
     #: SanText replaces 0.91, 0.65, 0.33, 0.16 and 0.10 of words at these ε (8 % are words no candidate equals,
     #: replaced at every ε); the papers' ε ∈ {1, 2, 3} on GloVe replace almost every word here (0.998 at ε = 5).
     epsilon_grid: ClassVar[tuple[float, ...]] = (10.0, 12.5, 15.0, 17.5, 20.0)
+    audit_description: ClassVar[str] = ("the released word of one word (SanText+: pairs of sensitive words, and the "
+                                        "sensitive support)")
+
+    def claims_support(self) -> bool:
+        """SanText+: a sensitive word is always released as a sensitive word (SanText claims no support)."""
+        return self.plus
 
     def audit_groups(self, ctx: RunContext) -> dict[str, Sequence[str]]:
         """SanText: the vocabulary. SanText+: the sensitive words, whose releases are all protected outputs (a

@@ -57,6 +57,7 @@ class VickreyDefense(WordMechanismDefense):
     #: at 300. In 384 dimensions the noise's norm d/ε dwarfs the gap between the two nearest words, so d₁ ≈ d₂
     #: and p ≈ 1 − t: the replacement does not fall below about t whatever ε; lower t reaches lower replacement.
     epsilon_grid: ClassVar[tuple[float, ...]] = (50.0, 75.0, 100.0, 150.0, 300.0)
+    audit_description: ClassVar[str] = "the released word of one word (noise, then the first or second nearest)"
 
     def release_words(self, words_: list[str], *, epsilon: float, rng: np.random.Generator,
                       ctx: RunContext) -> tuple[list[str], ReplacementCount]:

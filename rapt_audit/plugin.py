@@ -13,12 +13,17 @@ a skeleton package):
    point's name is the plugin's name; the first line of the class docstring is its description.
 2. A text defense subclasses :class:`TextDefense` and implements ``privatize(texts, *, rng, ctx)
    -> (released_texts, ReplacementCount)`` (a dχ one subclasses :class:`DchiTextDefense`, which adds η,
-   its calibration and pretraining, and implements ``privatize(texts, *, eta, rng, ctx)``). A defense
-   that releases token embeddings subclasses :class:`TokenEmbeddingDefense` and implements
-   ``perturb(vectors, *, rng, ctx)``: each text's clean token input-embedding rows in, its released rows
-   (same shape) out. Each base adds only the service's settings; the subclass declares its own
-   parameters. Any other defense (one vector per record) is a :class:`CheckedParams` dataclass with
-   ``exposes`` (release kinds) and ``fit``, ``utility`` and ``release`` (see :class:`Defense`).
+   its calibration and pretraining, and implements ``privatize(texts, *, eta, rng, ctx)``; an
+   ε-parameterised word-level sanitizer, one word in and one word out, subclasses
+   :class:`WordMechanismDefense`, which adds ε and its calibration, and implements ``release_words(words, *,
+   epsilon, rng, ctx) -> (released_words, ReplacementCount)``: ``rapt-audit audit`` then checks its claim
+   ε·d(x, x'), within the groups and by the metric that its optional ``audit_groups`` and ``audit_distance``
+   state, and a support if ``claims_support()`` says so). A defense that releases token embeddings
+   subclasses :class:`TokenEmbeddingDefense` and implements ``perturb(vectors, *, rng, ctx)``: each
+   text's clean token input-embedding rows in, its released rows (same shape) out. Each base adds only
+   the service's settings; the subclass declares its own parameters. Any other defense (one vector per
+   record) is a :class:`CheckedParams` dataclass with ``exposes`` (release kinds) and ``fit``,
+   ``utility`` and ``release`` (see :class:`Defense`).
 3. An attack subclasses :class:`BaseAttack`, sets ``requires`` (the release kinds it reads) and
    implements ``attack(release, truth, *, ctx) -> AttackResult`` (see :class:`Attack`); the base's
    ``fit(aux, defense, *, ctx)`` returns the attack itself, and an attack that trains overrides it. The
@@ -78,6 +83,7 @@ from rapt_audit.attacks._base import require_size  # a DataError saying how much
 from rapt_audit.defenses._dchi_text import DchiTextDefense  # base of dχ text defenses: η, calibration, pretraining
 from rapt_audit.defenses._text import TextDefense  # base of text-to-text defenses: implement privatize()
 from rapt_audit.defenses._token_embedding import TokenEmbeddingDefense  # base of token-embedding defenses: perturb()
+from rapt_audit.defenses._word_mechanism import WordMechanismDefense  # ε word-level sanitizers: release_words()
 from rapt_audit.mechanisms.calibration import ReplacementCount  # what privatize() counts: perturbed, replaced, dropped
 from rapt_audit.plugin_kit.conformance import ConformanceReport  # what check_plugin returns: a verdict per rule
 from rapt_audit.plugin_kit.conformance import check_plugin  # the conformance battery (rapt-audit plugin check)

@@ -152,3 +152,19 @@ def test_identity_and_sequence_defenses_on_the_users_side():
     vectors, record = rapt_audit.privatize(TEXTS[:2], "dpnr", epsilon=5, seed=1)
     assert record["release_kind"] == "sequence_embeddings" and record["epsilon"] == 5.0 and record["eta"] is None
     assert [len(v) for v in vectors] == [384, 384] and vectors[0] != vectors[1]
+
+
+def test_a_word_mechanisms_record_and_summary_give_the_epsilon_in_force(tmp_path, capsys, monkeypatch,
+                                                                         session_cache_with_lexicon):
+    """ε as the releases use it, as a dχ defense's calibrated η is given: the declared ε, or the ε calibrated for
+    ``replacement`` (here fixed, as if calibrated, so the test does not pay for a calibration)."""
+    from rapt_audit.defenses._word_mechanism import WordMechanismDefense
+
+    _, record = rapt_audit.privatize(TEXTS[:1], "santext", epsilon=12.5, seed=1)
+    assert record["epsilon"] == 12.5 and record["eta"] is None
+    monkeypatch.setattr(WordMechanismDefense, "effective_epsilon", lambda self, ctx: 7.5)
+    src, out = _write(tmp_path / "in.txt", TEXTS[:2]), tmp_path / "out.txt"
+    assert main(["privatize", str(src), "--defense", "santext", "--set", "replacement=0.4", "--out", str(out)]) == 0
+    record = json.loads((tmp_path / "out.txt.privatize.json").read_text(encoding="utf-8"))
+    assert record["epsilon"] == 7.5 and record["params"]["replacement"] == 0.4  # not the declared ε (15)
+    assert "with santext (epsilon 7.5, seed 0)" in capsys.readouterr().err

@@ -157,17 +157,24 @@ def test_key_changes_with_every_input(tmp_path: Path) -> None:
     assert reference not in variants.values() and len(set(variants.values())) == len(variants)
 
 
-def test_key_holds_the_calibrated_eta(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """η calibrated in fit from a ``replacement`` target enters the key, not just the target."""
+@pytest.mark.parametrize("defense", ["t2t", "santext"])
+def test_key_holds_the_calibrated_privacy_parameter(defense: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """η (dχ) or ε (a word-level sanitizer) calibrated in fit from a ``replacement`` target enters the key, not
+    just the target."""
     from rapt_audit.defenses._dchi_text import DchiTextDefense
+    from rapt_audit.defenses._word_mechanism import WordMechanismDefense
+    from rapt_audit.defenses.santext import SanTextDefense
     from rapt_audit.defenses.t2t import T2TDefense
 
+    base, method, cls = {"t2t": (DchiTextDefense, "effective_eta", T2TDefense),
+                         "santext": (WordMechanismDefense, "effective_epsilon", SanTextDefense)}[defense]
     args = {"ctx": RunContext(cache_dir=tmp_path), "fit_records": _records(), "utility_records": None,
             "model_fingerprint": "f" * 64}
-    monkeypatch.setattr(DchiTextDefense, "effective_eta", lambda self, ctx: 42.0)
-    first = fitted_state(T2TDefense(replacement=0.3), **args)
-    monkeypatch.setattr(DchiTextDefense, "effective_eta", lambda self, ctx: 43.0)
-    assert fitted_state(T2TDefense(replacement=0.3), **args) != first
+    monkeypatch.setattr(base, method, lambda self, ctx: 42.0)
+    first = fitted_state(cls(replacement=0.3), **args)
+    monkeypatch.setattr(base, method, lambda self, ctx: 43.0)
+    assert fitted_state(cls(replacement=0.3), **args) != first
 
 
 def test_config_switch_and_cli_flag() -> None:

@@ -1,15 +1,28 @@
 """``rapt-audit audit`` on the word-level sanitizers: correct releases pass, planted faults are caught.
 
-Each plant wraps the function the defense itself calls (``sample_by_distance`` in the SanText module), so
-only the fault differs from the release as it ships; the audit then runs the defense's own ``release_words``.
-The audit's confidence is 1 − 0.05 for the whole audit (Bonferroni over its pairs, Clopper–Pearson bounds).
+Each plant wraps what the defense itself calls (``sample_by_distance`` in the SanText module, CusText's
+``release_words`` with other sets), so only the fault differs from the release as it ships; the audit then
+runs the defense's own ``release_words``. A third party's word mechanism (the plugin guide's own, run as the
+guide prints it) is audited by its interface, installed through an entry point as any plugin is. The
+audit's confidence is 1 − 0.05 for the whole audit (Bonferroni over its pairs, Clopper–Pearson bounds).
 """
 
 from __future__ import annotations
 
+import json
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
+from rapt_audit.api import plugins
+from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.audit.black_box import audit_defense
+from rapt_audit.cli import main
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "writing-a-defense.md"
 
 
 def _four_times_epsilon(real):
@@ -59,3 +72,99 @@ def test_custext_audit_pairs_words_of_one_set_and_checks_the_set_as_support(warm
     assert report.verdict == "ok"
     nearest, null, support = report.pairs
     assert nearest.claim == 3.0 and null.claim == 0.0 and support.label.startswith("support")
+
+
+def _own_nearest_words(real):
+    """CusText's sets read as each input's own k nearest words (a mapping per word, not the shared partition), so
+    that two words of one set have different supports and a word is released outside its set"""
+    import numpy as np
+
+    from rapt_audit.defenses._word_mechanism import word_table
+    from rapt_audit.defenses.custext import CustomizedSets
+
+    def release_words(self, words, *, epsilon, rng, ctx):
+        table, shared = word_table(ctx), self.sets(ctx)
+        rows = np.unique(table.rows_of(words))
+        assert (rows >= 0).all(), "the audit releases vocabulary words only"
+        scores = table.half_sq[None, :] - table.vectors[rows] @ table.vectors.T  # ‖y‖²/2 − x·y: by distance
+        nearest = np.argsort(scores, axis=1, kind="stable")[:, :self.k]
+        set_of = shared.set_of.copy()
+        set_of[rows] = len(shared.members) + np.arange(len(rows))
+        self.sets = lambda _ctx: CustomizedSets(set_of, np.concatenate([shared.members, nearest]))
+        try:  # the release as it ships, drawing in the faulty sets
+            return real(self, words, epsilon=epsilon, rng=rng, ctx=ctx)
+        finally:
+            del self.sets
+
+    return release_words
+
+
+def test_custext_audit_catches_releases_outside_the_customized_set(monkeypatch, warm_cache):
+    """The point of pairing words of one set and checking the set as support: CusText's ε holds only because the
+    sets are disjoint, so that every input of a set has that set as its support."""
+    from rapt_audit.defenses.custext import CusTextDefense
+
+    monkeypatch.setattr(CusTextDefense, "release_words", _own_nearest_words(CusTextDefense.release_words))
+    report = audit_defense("custext", {"epsilon": 3.0}, samples=2_000, pairs=2, search=0)
+    nearest, null, support = report.pairs
+    # Measured: lower bounds of 5.5 - 5.9 on the pair (claim 3; an output one word can take and the other never can)
+    # and releases outside the set, with WikiText-2's frequency order and with the demo corpus's.
+    assert report.verdict == "VIOLATION" and null.verdict == "ok", [p.to_json() for p in report.pairs]
+    assert nearest.verdict == "VIOLATION" and nearest.claim == 3.0, nearest.to_json()
+    assert support.label.startswith("support") and support.verdict == "VIOLATION", support.to_json()
+
+
+# ---------------------------------------------------------------------------- a third party's word mechanism
+
+
+def _guide_module(monkeypatch) -> types.ModuleType:
+    """The plugin guide's word-level mechanism: the Python block of its section, run as written, as the module
+    ``sentiment_rr`` (in ``sys.modules`` for the test, as an installed plugin's module is)."""
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text[text.index("### A word-level mechanism parameterised by ε"):]
+    start = section.index("```python\n") + len("```python\n")
+    module = types.ModuleType("sentiment_rr")
+    monkeypatch.setitem(sys.modules, "sentiment_rr", module)
+    exec(compile(section[start:section.index("```\n", start)], str(GUIDE), "exec"), module.__dict__)
+    return module
+
+
+@pytest.fixture
+def guide_plugins(monkeypatch):
+    """The guide's ``SentimentRR`` installed as the third-party plugin ``sentiment_rr`` (an entry point, loaded as
+    any installed plugin is), and ``sentiment_rr_at_4_epsilon``, a copy whose ``release_words`` draws at 4ε."""
+    module = _guide_module(monkeypatch)
+
+    @dataclass
+    class AtFourEpsilon(module.SentimentRR):
+        """SentimentRR drawing at 4ε while claiming ε."""
+
+        def release_words(self, words, *, epsilon, rng, ctx):
+            return super().release_words(words, epsilon=4 * epsilon, rng=rng, ctx=ctx)
+
+    found = [types.SimpleNamespace(name=name, value=f"sentiment_rr:{cls.__name__}", dist=None, load=lambda cls=cls: cls)
+             for name, cls in (("sentiment_rr", module.SentimentRR), ("sentiment_rr_at_4_epsilon", AtFourEpsilon))]
+    monkeypatch.setattr(plugins, "_loaded", False)
+    monkeypatch.setattr(plugins, "_registered", {})
+    monkeypatch.setattr(plugins, "entry_points", lambda group: found if group == "rapt_audit.defenses" else [])
+    yield
+    for ep in found:
+        if ep.name in DEFENSES:
+            DEFENSES.remove(ep.name)
+
+
+@pytest.mark.parametrize("name, verdict", [("sentiment_rr", "ok"), ("sentiment_rr_at_4_epsilon", "VIOLATION")])
+def test_a_third_party_word_mechanism_is_audited_by_its_interface(name, verdict, guide_plugins, tmp_path, capsys,
+                                                                  warm_cache):
+    # ε = 2 among 8 words: a correct release realises exactly ε on the event "x released as itself" (measured lower
+    # bound 1.73); at 4ε that event has probability 0.998 for x and 3e-4 for x' (measured 5.97, over the claim of 2).
+    out = tmp_path / "audit.json"
+    code = main(["audit", "--defense", name, "--set", "epsilon=2", "--samples", "2000", "--pairs", "2", "--search",
+                 "0", "--out", str(out)])
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert code == (0 if verdict == "ok" else 1) and doc["verdict"] == verdict, capsys.readouterr()
+    assert doc["audits"] == "the released word of one sentiment word"
+    assert doc["claim_per_unit_distance"] == {"epsilon": 2.0}
+    nearest, null, support = doc["pairs"]
+    assert nearest["claim"] == 2.0 and null["claim"] == 0.0 and support["label"].startswith("support: good stays in")
+    assert nearest["verdict"] == verdict and null["verdict"] == support["verdict"] == "ok", doc["pairs"]

@@ -13,11 +13,17 @@ words of its own POS category, plus the claimed support: every release stays in 
 category), ``embedding`` (the noisy token vector), ``snd`` (the client's clipped noisy upload;
 clipping is post-processing, so the claim is the same), and ``dpnr`` and ``cape`` (their Laplace
 step on normalised vectors, with the claim ``epsilon/sensitivity · ‖u − u'‖₁``; the trained CAPE
-projection and DPNR's word dropout before it are not audited), and the ε-parameterised word-level
-sanitizers ``santext``, ``tem``, ``vickrey``, ``mahalanobis`` and ``custext``: their own ``release_words``,
-the claim ``ε·d(x, x')`` with the plugin's own groups and metric (``audit_groups``, ``audit_distance``:
-SanText+ pairs sensitive words and checks that they stay sensitive; CusText pairs words of one customized
-set, claims ε for each such pair, and checks that releases stay in the set; Mahalanobis measures d_M).
+projection and DPNR's word dropout before it are not audited), and every ε-parameterised word-level
+sanitizer, built in (``santext``, ``tem``, ``vickrey``, ``mahalanobis``, ``custext``) or a plugin: a defense
+with the word-mechanism audit interface of ``rapt_audit.plugin.WordMechanismDefense`` is audited without
+being listed here. The audit runs its own ``release_words`` against the claim ``ε·d(x, x')`` with the
+plugin's own groups and metric (``audit_groups``, ``audit_distance``: SanText+ pairs sensitive words;
+CusText pairs words of one customized set and claims ε for each such pair; Mahalanobis measures d_M), and
+says what it audits in the plugin's own words (``audit_description``).
+
+A defense that claims a support (``claims_support()``: every release of a word of a group is a word of
+that group; PCT2T and RAPT for POS categories, CusText for its sets, SanText+ for its sensitive words) also
+gets a support check: one release outside the group disproves the claim.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import numpy as np
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import get_params, make_plugin
-from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.api.plugins import DEFENSES, load, load_builtins
 from rapt_audit.api.version import __version__
 from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.encoder.vocab import embedding_space
@@ -40,19 +46,18 @@ from rapt_audit.mechanisms.engines import pos_groups, token_engine, whole_word_r
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 from rapt_audit.scoring.bounds import check_alpha
 
-#: Defenses the audit runs, and what it audits of each.
+#: Defenses the audit runs by name, and what it audits of each. Word-level mechanisms are not listed: any
+#: defense with their audit interface is audited, and says what is audited in its ``audit_description``
+#: (:func:`audited` lists both).
 AUDITED = {"t2t": "the released token of one token (unit=token) or word of one word (unit=word)",
            "pct2t": "the released word of one word, within its POS category",
            "rapt": "PCT2T's released word, which RAPT uses for the text and its plain tokens",
            "embedding": "the noisy embedding of one token",
            "snd": "the client's upload of one token: noisy embedding, then clipping",
            "dpnr": "the Laplace release of a normalised vector (batches of two records)",
-           "cape": "the Laplace release of a normalised vector (batches of two records)",
-           "santext": "the released word of one word (SanText+: pairs of sensitive words, and the sensitive support)",
-           "tem": "the released word of one word",
-           "vickrey": "the released word of one word (noise, then the first or second nearest)",
-           "mahalanobis": "the released word of one word, against the Mahalanobis distance of the pair",
-           "custext": "the released word of one word, pairs within one customized set, and the set as support"}
+           "cape": "the Laplace release of a normalised vector (batches of two records)"}
+#: What is audited of a word-level mechanism that does not say (no ``audit_description``).
+WORD_RELEASE = "the released word of one word"
 #: Defenses with a stated guarantee that the audit does not cover yet.
 NOT_YET: tuple[str, ...] = ()
 #: Probe words (whole regular tokens of common English; PCT2T uses those of its selected categories).
@@ -73,6 +78,7 @@ class AuditReport:
     pairs: list[PairAudit] = field(default_factory=list)
     seconds: float = 0.0
     parameter: str = "eta"  # the name of ``scale``: claim = scale · d(x, x'); "epsilon/sensitivity" for Laplace
+    audits: str = ""  # what is audited of the defense (:func:`audited`)
 
     @property
     def verdict(self) -> str:
@@ -81,24 +87,54 @@ class AuditReport:
 
     def to_json(self) -> dict[str, Any]:
         """The report as a JSON-able document."""
-        return {"tool": f"rapt-audit audit {__version__}", "defense": self.defense, "audits": AUDITED[self.defense],
+        return {"tool": f"rapt-audit audit {__version__}", "defense": self.defense, "audits": self.audits,
                 "params": dict(self.params), "claim_per_unit_distance": {self.parameter: self.scale}, "alpha": self.alpha,
                 "samples_per_input": {"select": self.samples, "evaluate": self.samples}, "seed": self.seed,
                 "model_fingerprint": self.model_fingerprint, "verdict": self.verdict,
                 "pairs": [p.to_json() for p in self.pairs], "seconds": round(self.seconds, 2)}
 
 
-def _check_defense(defense: str) -> None:
+def audited(*, plugins: bool = False) -> dict[str, str]:
+    """Defense name → what the audit audits of it: :data:`AUDITED`, then every registered word-level mechanism
+    (:func:`_is_word_mechanism`) with its own ``audit_description``.
+
+    Args:
+        plugins: Also import installed third-party plugins (:func:`~rapt_audit.api.plugins.load`); without,
+            only the built-ins are imported (``--help`` must not import, or warn about, a third-party module).
+    """
+    load() if plugins else load_builtins()
+    found = dict(AUDITED)
+    for name in DEFENSES.names():
+        cls = DEFENSES.get(name)
+        if name not in found and _is_word_mechanism(cls):
+            found[name] = _word_description(cls)
+    return found
+
+
+def _word_description(cls: Any) -> str:
+    """What is audited of the word mechanism ``cls``, in its own words (``audit_description``)."""
+    return str(getattr(cls, "audit_description", None) or WORD_RELEASE)
+
+
+def _check_defense(defense: str) -> str:
+    """What the audit audits of ``defense``.
+
+    Raises:
+        UsageError: for a defense the audit does not cover (the message lists those it does and says how a
+            word-level mechanism becomes auditable).
+    """
     load()
-    DEFENSES.get(defense)  # an unknown name: UnknownNameError with the closest names
+    cls = DEFENSES.get(defense)  # an unknown name: UnknownNameError with the closest names
     if defense in AUDITED:
-        return
-    audited = ", ".join(AUDITED)
+        return AUDITED[defense]
+    if _is_word_mechanism(cls):
+        return _word_description(cls)
+    listed = (f"audited defenses: {', '.join(audited(plugins=True))}; a word-level mechanism is audited when it "
+              "implements release_words, audit_groups and audit_distance (subclass "
+              "rapt_audit.plugin.WordMechanismDefense)")
     if defense in NOT_YET:
-        raise UsageError(f"defense {defense!r} states a guarantee but the audit does not cover it yet; "
-                         f"audited defenses: {audited}")
-    raise UsageError(f"defense {defense!r} has no stated guarantee to audit (identity promises none); "
-                     f"audited defenses: {audited}")
+        raise UsageError(f"defense {defense!r} states a guarantee but the audit does not cover it yet; {listed}")
+    raise UsageError(f"defense {defense!r} has no stated guarantee to audit (identity promises none); {listed}")
 
 
 def _nearest(vectors: np.ndarray, row: int, rows: np.ndarray) -> int:
@@ -145,7 +181,7 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
             ``eta`` of ``inf`` (no claim to audit), ``alpha`` outside (0, 1), fewer than one pair, or
             too few samples for any bound (the message says how many are needed).
     """
-    _check_defense(defense)
+    audits = _check_defense(defense)
     alpha = check_alpha(alpha)
     if int(pairs) < 1 or int(search) < 0:
         raise UsageError(f"--pairs must be at least 1 and --search at least 0, got {pairs} and {search}")
@@ -184,7 +220,7 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     rng = np.random.default_rng(seed)
     report = AuditReport(defense, get_params(plugin), eta, float(alpha), int(samples), seed,
                          model_fingerprint(model, cache_dir=ctx.cache_dir),
-                         parameter="epsilon" if word_mechanism else "eta")
+                         parameter="epsilon" if word_mechanism else "eta", audits=audits)
     group_of = dict(probes)
     metric = _metric(defense, plugin, ctx, space)
     chosen = [(label, row, other, group_of[row])
@@ -214,10 +250,10 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
                        row, other, group))
     for label, row, other, group in chosen:
         report.pairs.append(audit(row, other, group, label, int(samples), alpha / len(chosen)))
-    if defense in ("pct2t", "rapt", "custext") or (defense == "santext" and plugin.plus):
+    if _claims_support(plugin):
         # The claimed support: PCT2T's word of the input's own category; CusText's word of the input's own set;
         # SanText+'s sensitive word for a sensitive input. One release outside it disproves the claim.
-        where = "a " if defense in ("pct2t", "rapt") else "in the "  # "stays a noun", "stays in the set of 'good'"
+        where = "in the " if word_mechanism else "a "  # "stays in the set of 'good'", "stays a noun"
         for row, group in dict.fromkeys((row, group) for _, row, _, group in chosen):
             report.pairs.append(audit_support(sampler(row, group), candidates[group], n=int(samples), rng=rng,
                                               label=f"support: {space.tokens[row]} stays {where}{group}"))
@@ -253,7 +289,8 @@ def _audit_laplace(defense: str, plugin: Any, ctx: RunContext, scale: float, *, 
         return sample
 
     report = AuditReport(defense, get_params(plugin), scale, float(alpha), samples, seed,
-                         model_fingerprint(model, cache_dir=ctx.cache_dir), parameter="epsilon/sensitivity")
+                         model_fingerprint(model, cache_dir=ctx.cache_dir), parameter="epsilon/sensitivity",
+                         audits=AUDITED[defense])
     rng = np.random.default_rng(seed)
     for label, u, u_other in cases:
         distance = float(np.abs(u - u_other).sum())
@@ -347,6 +384,13 @@ def _is_word_mechanism(plugin: Any) -> bool:
     it releases words (``release_words``) and names the groups and the metric of its claim ε·d(x, x')
     (``audit_groups``, ``audit_distance``), the audit interface of ``WordMechanismDefense``."""
     return all(callable(getattr(plugin, name, None)) for name in ("release_words", "audit_groups", "audit_distance"))
+
+
+def _claims_support(plugin: Any) -> bool:
+    """Whether ``plugin`` claims that every release of a word of one of its groups is a word of that group: its
+    ``claims_support()`` says so (PCT2T, RAPT, CusText, SanText+). The audit then checks that support too."""
+    claims = getattr(plugin, "claims_support", None)
+    return bool(claims()) if callable(claims) else False
 
 
 def _token_rows(ctx: RunContext, space: Any) -> dict[str, int]:

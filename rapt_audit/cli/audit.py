@@ -10,7 +10,7 @@ from pathlib import Path
 from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.params import coerce
-from rapt_audit.audit.black_box import AUDITED, AuditReport, audit_defense
+from rapt_audit.audit.black_box import AuditReport, audit_defense, audited
 from rapt_audit.cli.options import defense_params
 
 EPILOG = """examples:
@@ -20,14 +20,17 @@ Each pair of inputs x, x' gets a lower bound on the mechanism's privacy loss, va
 1 - alpha for the whole audit, next to the claim eta * d(x, x') (epsilon/sensitivity * L1 for the
 Laplace releases of dpnr and cape). VIOLATION (exit 1) proves a bug;
 ok is not a proof of privacy; unauditable means the claim is above what --samples can falsify.
-Audited: """ + ", ".join(f"{name} ({what})" for name, what in AUDITED.items()) + "."
+Audited: {audited}, and any word-level mechanism plugin (a rapt_audit.plugin.WordMechanismDefense)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``audit`` sub-command."""
+    covered = audited()  # the built-ins only: --help imports no third-party plugin
+    listed = ", ".join(f"{name} ({what})" for name, what in covered.items())
     p = sub.add_parser("audit", help="empirical lower bound on a defense's privacy loss vs its claim",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--defense", required=True, help=f"defense to audit: {', '.join(AUDITED)}")
+                       epilog=EPILOG.format(audited=listed), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--defense", required=True,
+                   help=f"defense to audit: {', '.join(covered)}, or a word-level mechanism plugin")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="defense parameter, e.g. eta=5")
     p.add_argument("--samples", type=int, default=10_000,
@@ -44,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def format_report(report: AuditReport) -> str:
     """A plain-text table: one line per pair, the claim next to the lower bound, then the verdict."""
-    lines = [f"audit of {report.defense} at {report.parameter}={report.scale:g}: {AUDITED[report.defense]}; "
+    lines = [f"audit of {report.defense} at {report.parameter}={report.scale:g}: {report.audits}; "
              f"{report.samples} + {report.samples} releases per input, alpha={report.alpha:g} over "
              f"{sum(p.alpha > 0 for p in report.pairs)} pair(s)",
              f"{'pair':<52} {'d(x,x′)':>8} {'claim':>8} {'ε lower':>8} {'ceiling':>8}  verdict"]

@@ -5,8 +5,9 @@ key hashes everything that goes into either (:func:`fitted_state`, then :func:`r
 
 * the cache format, the package version, the source of the core and of the defense's package (an
   edited mechanism is a new key, not a stale hit) and the versions of numpy, torch and the like;
-* the defense's name and parameters and, once fitted, its effective η (calibrated in ``fit`` when
-  the user gave a ``replacement`` target; that is why the key is only built from a fitted defense);
+* the defense's name and parameters and, once fitted, its privacy parameter in force (``privacy_level``:
+  the effective η of a dχ defense, the effective ε of a word-level sanitizer; calibrated in ``fit`` when
+  the user gave a ``replacement`` target, which is why the key is only built from a fitted defense);
 * what fit and utility saw: model spec and weights fingerprint, device, profile, run seed, the
   public calibration corpus, the victim-train records, and the victim-test records when utility ran
   (a text defense records its customization in the release meta);
@@ -43,7 +44,7 @@ from rapt_audit.pipeline.context import RunContext
 from rapt_audit.pipeline.results import package_versions
 
 #: Bumped whenever the entry layout or the key's ingredients change, so old entries are never read.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: the key holds ``privacy_level`` (η or ε in force), not ``effective_eta``
 #: Marks a JSON object that encodes a value JSON has no exact form for (tuple, dict with odd keys, numpy).
 _TAG = "__rapt_cache__"
 _DOC = "__doc__"
@@ -88,12 +89,12 @@ def fitted_state(defense: Any, *, ctx: RunContext, fit_records: Sequence[Record]
         utility_records: The records ``utility`` saw (victim test), or None when it did not run.
         model_fingerprint: The weights fingerprint of ``ctx.model``.
     """
-    effective_eta = getattr(defense, "effective_eta", None)
+    privacy_level = getattr(defense, "privacy_level", None)  # the text defenses' η or ε in force (None: none)
     # The precision of the networks the defense trained (CAPE's projection, SnD's denoiser) changes its
     # releases; it is not in run_state, which the privatized texts share (they do not depend on it).
     state = {"format": CACHE_FORMAT, **run_state(ctx, model_fingerprint=model_fingerprint), "precision": ctx.precision,
              "code": source_digest(type(defense)), "defense": defense.name, "params": get_params(defense),
-             "effective_eta": to_jsonable(effective_eta(ctx)) if callable(effective_eta) else None,
+             "privacy_level": to_jsonable(privacy_level(ctx)) if callable(privacy_level) else None,
              "fit_records": records_digest(fit_records),
              "utility_records": None if utility_records is None else records_digest(utility_records)}
     return stable_hash(state)

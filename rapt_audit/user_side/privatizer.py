@@ -109,9 +109,18 @@ class Privatizer:
         self.ctx = RunContext(seed=self.seed, profile="cpu", device=resolve_device(self.device), model=self.model,
                               cache_dir=default_cache_dir(), data_dir=self.data_dir, cold_queries=COLD_QUERIES)
         self._started = time.perf_counter()
-        # The privacy parameter in force: a calibrated η (replacement=...), else the declared η or ε.
-        self.eta = (self.plugin.effective_eta(self.ctx) if hasattr(self.plugin, "effective_eta")
-                    else getattr(self.plugin, "eta", None))
+        self.in_force = self._privacy_in_force()
+
+    def _privacy_in_force(self) -> dict[str, Any]:
+        """η and ε as the releases use them: the defense's ``privacy_level`` (the η or ε calibrated for a
+        ``replacement`` target, or the one given), under the name of its ``privacy_parameter`` (η unless it
+        says ε); the other, or both for a defense without a level, as declared (None: it has none)."""
+        found = {name: getattr(self.plugin, name, None) for name in ("eta", "epsilon")}
+        level = getattr(self.plugin, "privacy_level", None)
+        level = level(self.ctx) if callable(level) else None
+        if level is not None:
+            found[getattr(self.plugin, "privacy_parameter", "eta")] = level
+        return found
 
     def privatize(self, texts: Sequence[str]) -> list[Any]:
         """The privatized form of each text: a string, or a list of vectors (lists of floats).
@@ -208,7 +217,7 @@ class Privatizer:
             yield from self.privatize(batch)
 
     def summary(self, **extra: Any) -> dict[str, Any]:
-        """The sidecar record: mechanism, parameters, η, seed, model fingerprint and the counts."""
+        """The sidecar record: mechanism, parameters, η and ε in force, seed, model fingerprint and the counts."""
         count = self.count
         observed = count.rate if count.perturbed and self.kind == "texts" else None
         # Every unit released as it was, whatever the reason (not privatized, the noise drew the same word,
@@ -217,8 +226,7 @@ class Privatizer:
         return {
             "tool": f"rapt-audit privatize {__version__}", "defense": self.defense,
             "params": get_params(self.plugin), "release_kind": self.kind,
-            "eta": to_jsonable(None if self.eta is None else float(self.eta)),
-            "epsilon": to_jsonable(getattr(self.plugin, "epsilon", None)),
+            **{name: to_jsonable(None if value is None else float(value)) for name, value in self.in_force.items()},
             "seed": self.seed, "model": self.model,
             "model_fingerprint": model_fingerprint(self.model, cache_dir=self.ctx.cache_dir),
             "records": self.records, "segments": self.segments, "units": asdict(count), "sent_in_the_clear": clear,
