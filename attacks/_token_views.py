@@ -228,15 +228,22 @@ def content_metrics(guess_rows: np.ndarray, units: Units, truth: Sequence[Record
     continuation rule) and scored against the content tokens of the text the defense privatized.
     Bootstrap draws come from a generator of their own, so adding these metrics moves no other number.
     """
-    space = embedding_space(ctx)
-    rows: list[list[int]] = [[] for _ in truth]
-    for record, row in zip(units.record.tolist(), np.asarray(guess_rows).tolist()):
-        rows[record].append(row)
-    guesses = [content_tokens(join_pieces([space.tokens[r] if r >= 0 else None for r in seq],
-                                          [r >= 0 and bool(space.is_continuation[r]) for r in seq]))
-               for seq in rows]
+    guesses = guessed_content_tokens(guess_rows, units, len(truth), ctx=ctx)
     truths = [content_tokens(original_text(r, kind)) for r in truth]
     return content_scores(guesses, truths, prior, rng=ctx.rng("attack", attack, "content"))
+
+
+def guessed_content_tokens(guess_rows: np.ndarray, units: Units, n_records: int, *,
+                           ctx: RunContext) -> list[frozenset[str]]:
+    """Each record's content tokens in its top-1 guesses (``guess_rows``: a regular-vocabulary row per unit,
+    ``-1`` for no guess): the guessed tokens, in position order, joined into words with sub-word pieces glued
+    back by the vocabulary's own continuation rule."""
+    space = embedding_space(ctx)
+    rows: list[list[int]] = [[] for _ in range(n_records)]
+    for record, row in zip(units.record.tolist(), np.asarray(guess_rows).tolist()):
+        rows[record].append(row)
+    return [content_tokens(join_pieces([space.tokens[r] if r >= 0 else None for r in seq],
+                                       [r >= 0 and bool(space.is_continuation[r]) for r in seq])) for seq in rows]
 
 
 def features(views: Sequence[TokenView], *, ctx: RunContext, context: bool) -> np.ndarray:

@@ -161,6 +161,14 @@ def set_counts(guesses: Iterable[frozenset[str]], truths: Sequence[frozenset[str
     return np.array([(len(g & t), len(g), len(t)) for g, t in zip(guesses, truths)], dtype=np.float64).reshape(-1, 3).T
 
 
+def set_f1(guesses: Iterable[frozenset[str]], truths: Sequence[frozenset[str]]) -> float:
+    """Set F1 of ``guesses`` against ``truths`` as a ratio of sums over records: the point value of
+    :func:`content_scores`' ``content_f1``, without an interval (0 when there is nothing to score)."""
+    hits, guessed, true = set_counts(guesses, truths)
+    size = float(guessed.sum() + true.sum())
+    return 2.0 * float(hits.sum()) / size if size else 0.0
+
+
 def _ratio(num: np.ndarray, den: np.ndarray, rng: np.random.Generator) -> Estimate:
     """Σ num / Σ den with records as the bootstrap unit (:func:`bootstrap_mean` with ``den`` as weights)."""
     return bootstrap_mean(np.divide(num, den, out=np.zeros_like(num), where=den > 0), weights=den, rng=rng)
@@ -212,4 +220,4 @@ def content_scores(guesses: Sequence[frozenset[str]], truths: Sequence[frozenset
 
 
 __all__ = ["STOP_WORDS", "ContentPrior", "content_scores", "content_tokens", "fit_prior", "join_pieces",
-           "set_counts", "words"]
+           "set_counts", "set_f1", "words"]
