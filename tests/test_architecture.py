@@ -42,8 +42,9 @@ ALLOWED = {
     "cli": {"api", "scoring", "encoder", "data", "mechanisms", "utility", "pipeline", "bundle", "user_side", "audit",
             "reporting", "plugin_kit", "benchmark"},
     # rapt_audit/plugin.py, the public plugin API, re-exports the plugin packages' bases, so it sits above them
-    # (beside cli); no layer lists it, so nothing in rapt-audit imports it: only third-party plugins do.
-    "plugin": {"api", "scoring", "mechanisms", "defenses", "attacks", "plugin_kit"},
+    # (beside cli); no layer lists it, so nothing in rapt-audit imports it: only third-party plugins do. It also
+    # re-exports the embedding space (encoder) and what PCT2T is built from (mechanisms) for defense authors.
+    "plugin": {"api", "scoring", "encoder", "mechanisms", "defenses", "attacks", "plugin_kit"},
     # rapt_audit/__init__.py: the public re-exports (run, load, summarize, privatize, audit_defense)
     "": {"api", "pipeline", "user_side", "audit", "reporting"},
 }

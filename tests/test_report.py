@@ -324,3 +324,27 @@ def test_chromium_harness_detects_requests_and_console_errors(tmp_path):
     page = load_page(find_chromium(), bad, workdir=tmp_path / "chromium")
     assert any("example.invalid" in url for url in page.requests)
     assert any("boom" in line for line in page.console)
+
+
+def test_a_setting_is_labelled_by_its_values_even_at_their_defaults(tmp_path):
+    """A defense without η, ε or a replacement target (a plugin's ``p``) shows its own parameters' values, never
+    "default" (issue #42); the service's settings after them stay out, and the built-ins' labels are unchanged."""
+    from rapt_audit.reporting.collect import collect
+    from rapt_audit.reporting.summary import group_results
+
+    service = {"method": "bow", "epochs": None, "lr": None}
+    cells = {"word_drop": ("word_drop", {"p": 0.3, **service}),
+             "noun_swap-k3": ("noun_swap", {"k": 3, "p": 0.5, "categories": ["noun"], **service}),
+             "noun_swap-k5": ("noun_swap", {"k": 5, "p": 0.5, "categories": ["noun"], **service}),
+             "served": ("served_only", dict(service)), "identity": ("identity", dict(service)),
+             "t2t": ("t2t", None)}
+    results = {}
+    for seed, (name, (defense, params)) in enumerate(cells.items()):  # a seed each: cells of their own
+        results[name] = fake_result(defense=defense, eta=75 if params is None else None, seed=seed)
+        if params is not None:
+            results[name].defense["params"] = params
+    group = group_results(collect([write_sweep(tmp_path / "r", results)]).results)[0]
+    labels = sorted((row.defense, row.setting) for row in group.rows)
+    assert labels == [("identity", "no privacy"), ("noun_swap", "k=3, p=0.5, categories=['noun']"),
+                      ("noun_swap", "k=5, p=0.5, categories=['noun']"), ("served_only", "default"),
+                      ("t2t", "η=75"), ("word_drop", "p=0.3")]

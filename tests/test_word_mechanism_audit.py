@@ -10,10 +10,8 @@ audit's confidence is 1 − 0.05 for the whole audit (Bonferroni over its pairs,
 from __future__ import annotations
 
 import json
-import sys
 import types
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +19,7 @@ from rapt_audit.api import plugins
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.audit.black_box import audit_defense
 from rapt_audit.cli import main
-
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "writing-a-defense.md"
+from tests.fake_plugins import guide_module
 
 
 def _four_times_epsilon(real):
@@ -117,23 +114,11 @@ def test_custext_audit_catches_releases_outside_the_customized_set(monkeypatch, 
 # ---------------------------------------------------------------------------- a third party's word mechanism
 
 
-def _guide_module(monkeypatch) -> types.ModuleType:
-    """The plugin guide's word-level mechanism: the Python block of its section, run as written, as the module
-    ``sentiment_rr`` (in ``sys.modules`` for the test, as an installed plugin's module is)."""
-    text = GUIDE.read_text(encoding="utf-8")
-    section = text[text.index("### A word-level mechanism parameterised by ε"):]
-    start = section.index("```python\n") + len("```python\n")
-    module = types.ModuleType("sentiment_rr")
-    monkeypatch.setitem(sys.modules, "sentiment_rr", module)
-    exec(compile(section[start:section.index("```\n", start)], str(GUIDE), "exec"), module.__dict__)
-    return module
-
-
 @pytest.fixture
 def guide_plugins(monkeypatch):
     """The guide's ``SentimentRR`` installed as the third-party plugin ``sentiment_rr`` (an entry point, loaded as
     any installed plugin is), and ``sentiment_rr_at_4_epsilon``, a copy whose ``release_words`` draws at 4ε."""
-    module = _guide_module(monkeypatch)
+    module = guide_module(monkeypatch, "### A word-level mechanism parameterised by ε", "sentiment_rr")
 
     @dataclass
     class AtFourEpsilon(module.SentimentRR):

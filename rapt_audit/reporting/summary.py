@@ -253,8 +253,31 @@ def _label(row: Row, varying: Iterable[str]) -> str:
             if value is not None:
                 parts.append(f"{symbol}={_fmt(value)}")
                 break
-    parts += [f"{k}={row.params[k]}" for k in varying if k in row.params]
+    # A defense without η, ε or a replacement target (a plugin's ``p``, ``sigma``...) is labelled by the values of
+    # its own parameters, in their order, even where they are its defaults: "default" said nothing comparable.
+    own = _own_parameters(row.params) if not parts and row.defense != "identity" else []
+    parts += [f"{k}={_value_text(row.params[k])}" for k in own if row.params[k] is not None or k in varying]
+    parts += [f"{k}={row.params[k]}" for k in varying if k in row.params and k not in own]
     return ", ".join(parts) or ("no privacy" if row.defense == "identity" else "default")
+
+
+#: The first of the service's customization settings (``method``, ``epochs``, ...): a result lists a defense's
+#: parameters in :func:`rapt_audit.api.params.parameter_fields` order, its own first and a parameter group's (the
+#: service's) after them, so the parameters before this one are the defense's own.
+_SERVICE_FIRST = "method"
+
+
+def _own_parameters(params: dict[str, Any]) -> list[str]:
+    """The defense's own parameters among a result's ``params`` (read from the result alone, so that a report
+    labels a plugin's rows the same on a machine without the plugin)."""
+    names = list(params)
+    return names[:names.index(_SERVICE_FIRST)] if _SERVICE_FIRST in names else names
+
+
+def _value_text(value: Any) -> str:
+    """A parameter's value in a label: numbers as ``%g`` (``0.3``, not ``0.30000000000000004``), others as is."""
+    number = None if isinstance(value, str) else _num(value)
+    return str(value) if number is None else _fmt(number)
 
 
 def group_results(loaded: Sequence[Loaded]) -> list[Group]:
