@@ -77,7 +77,7 @@ def test_a_plain_text_defense_runs_and_reports_without_eta(warm_cache, tmp_path,
     report = build_report(collect([tmp_path]))
     page = report.html
     [row] = [r for g in report.groups for r in g.rows if r.defense == "word_drop"]
-    assert row.setting == "default" and f"<td>{row.setting}</td>" in page  # no "η=100" it does not have
+    assert row.setting == "p=0.3" and f"<td>{row.setting}</td>" in page  # its own p, no "η=100" it does not have
     calibration = page.split("Calibration: word-replacement probability")[1].split("</table>")[0]
     assert "t2t" in calibration and "word_drop" not in calibration
 

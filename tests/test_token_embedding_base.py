@@ -104,4 +104,4 @@ def test_a_token_embedding_plugin_runs_and_reports_without_eta(warm_cache, regis
     write_result(result, tmp_path / "gaussian")
     report = build_report(collect([tmp_path]))
     [row] = [r for g in report.groups for r in g.rows if r.defense == "gaussian_rows"]
-    assert row.setting == "default" and f"<td>{row.setting}</td>" in report.html  # no "η=100" it does not have
+    assert row.setting == "sigma=0.1" and f"<td>{row.setting}</td>" in report.html  # its own σ, no "η=100"
