@@ -73,7 +73,7 @@ class Pool:
 
 
 def pools(views: Sequence[TokenView], table: np.ndarray, *, eta: float, size: int, lm: NgramModel,
-          device: str) -> list[Pool]:
+          device: str, nearest: np.ndarray | None = None) -> list[Pool]:
     """A :class:`Pool` for every released vector of ``views``: the ``size`` rows of ``table`` (the regular
     vocabulary's embeddings) nearest to it, and the ``size`` rows the prior ``lm`` has seen that are best by
     likelihood × unigram; distances of the pool in float64.
@@ -81,11 +81,13 @@ def pools(views: Sequence[TokenView], table: np.ndarray, *, eta: float, size: in
     Both parts are needed: at strong noise the original is rarely among the nearest rows (η = 50 on MiniLM:
     the noise's norm, about d / η = 7.7, dwarfs the distances between rows) while the prior still singles out
     the few words the attacker's text holds; a word the prior has never seen has the same small prior as
-    every other such word, so the nearest of those are its best candidates.
+    every other such word, so the nearest of those are its best candidates. ``nearest`` (the nearest rows of
+    every released vector, :func:`nearest_rows`) is given when several priors share one search.
     """
     flat = np.concatenate([v.released_vectors for v in views]) if views else np.zeros((0, table.shape[1]))
     size = min(int(size), len(table))
-    nearest = nearest_rows(table, flat, size, device=device) if len(flat) else np.zeros((0, size), np.int64)
+    if nearest is None:
+        nearest = nearest_rows(table, flat, size, device=device) if len(flat) else np.zeros((0, size), np.int64)
     seen = np.array(sorted(r for r in lm.seen() if r >= 0), dtype=np.int64)
     take = min(size, len(seen))
     seen_vectors = np.asarray(table[seen], dtype=np.float32)

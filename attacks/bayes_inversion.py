@@ -27,8 +27,8 @@ from rapt_audit.attacks._bayes_model import (
     generic_ranking,
 )
 from rapt_audit.attacks._token_views import (TokenView, Units, accuracy, aligned_fraction, build_views,
-                                            content_metrics, content_prior, guessed_content_tokens, original_text,
-                                            release_kind, units_of, views_for)
+                                            content_metrics, content_prior, guessed_content_tokens, nearest_rows,
+                                            original_text, release_kind, units_of, views_for)
 from rapt_audit.encoder.encode import token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.content_tokens import ContentPrior, content_tokens, set_f1
@@ -288,8 +288,14 @@ class BayesInversionAttack(CheckedParams):
         candidates come from the channel."""
         if self._channel is not None:
             return None
-        return {public: pools(views, np.asarray(embedding_space(ctx).vectors), eta=self._eta,
-                              size=max(self.candidates), lm=lm, device=ctx.device) for public, lm in self._lms.items()}
+        table = np.asarray(embedding_space(ctx).vectors)
+        size = min(max(self.candidates), len(table))  # as pools() bounds it
+        flat = [v.released_vectors for v in views]
+        # The nearest rows do not depend on the prior: searched once, shared by both priors' pools.
+        nearest = (nearest_rows(table, np.concatenate(flat), size, device=ctx.device) if sum(map(len, flat)) else
+                   np.zeros((0, size), np.int64))
+        return {public: pools(views, table, eta=self._eta, size=size, lm=lm, device=ctx.device, nearest=nearest)
+                for public, lm in self._lms.items()}
 
     def _guesses(self, views: Sequence[TokenView], units: Units, setting: Setting, *, ctx: RunContext,
                  pooled: dict[bool, list[Pool]] | None = None) -> np.ndarray:
