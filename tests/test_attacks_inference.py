@@ -183,8 +183,9 @@ def test_ner_identity_release_scores_the_clean_f1(ner_attack, splits, identity, 
 
 
 def test_ner_changed_words_are_not_leaked(ner_attack, splits, mctx):
-    # Replace every word of every gold entity: nothing can count as leaked, whatever the tagger says.
-    test = splits.victim_test
+    # Replace every word of every gold entity: nothing can count as leaked, whatever the tagger says (on a
+    # third of the test split, whose 50 records hold entities of each type: the rule holds record by record).
+    test = splits.victim_test[:50]
     texts = []
     for r in test:
         text = r.text

@@ -29,12 +29,12 @@ IDENTITY = ["run", "--defense", "identity", *SMOKE]
 # ---------------------------------------------------------------- cell hooks (run in the pool's workers)
 
 
-def _compute_seeing_threads(config):
+def _compute_seeing_threads(config, **kw):
     """The real run, with the thread counts its worker computed with recorded in env (free-form)."""
     import threadpoolctl
     import torch
 
-    result = runner.compute(config)
+    result = runner.compute(config, **kw)
     result.env["seen"] = {"torch": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
                           "pools": sorted({p["num_threads"] for p in threadpoolctl.threadpool_info()})}
     return result
@@ -66,38 +66,30 @@ def _die_once(config):
 # ---------------------------------------------------------------- tests
 
 
-def test_each_worker_computes_with_its_share_of_the_cores(tmp_path, monkeypatch):
-    """2 cores shared by 2 workers: 1 thread each (torch alone would take 2), torch and the native pools alike.
-
-    A share above this machine's cores would not show: torch caps the count it reads from
-    ``OMP_NUM_THREADS`` at the cores (shares never exceed them).
-    """
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    out = tmp_path / "sw"
-    cells, axes = seed_cells(out, "0,1")
-    executor = LocalExecutor(jobs=2, cores=2, compute=_compute_seeing_threads)
-    results = sweep.run_sweep(cells, out=out, axes=axes, executor=executor)
-    assert [c.name for c, _ in results] == ["seed=0", "seed=1"]
-    for doc in docs(out).values():
-        assert doc["env"]["seen"] == {"torch": 1, "omp": "1", "pools": [1]}
-        assert doc["env"]["threads"] == 1
-
-
-def test_jobs_2_gives_the_numbers_of_jobs_1(tmp_path, capsys):
-    """A t2t grid of two η: the same utility and attack numbers, cells and index, whether side by side or not.
+def test_jobs_2_gives_the_numbers_of_jobs_1_each_worker_with_its_share_of_the_cores(tmp_path, capsys, monkeypatch):
+    """A t2t grid of two η: the same utility and attack numbers, cells and index, whether side by side or not;
+    each of the two workers computes with its share of the cores, torch and the native pools alike (left
+    alone, torch would take every core in each).
 
     Without the release cache, so the workers privatize and score rather than read the first command's
-    releases back (the embedding table, the same for every run, is still shared).
+    releases back (the embedding table, the same for every run, is still shared). A share above this
+    machine's cores would not show (torch caps the count it reads from ``OMP_NUM_THREADS`` at the cores),
+    and shares never exceed them.
     """
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     t2t = ["run", "--defense", "t2t", *SMOKE, "--no-release-cache", "--sweep", "eta=50,150"]
     one, two = tmp_path / "one", tmp_path / "two"
     assert main([*t2t, "--out", str(one)]) == 0
+    # The workers import the hook by name and record the thread counts they computed with (env is free-form).
+    monkeypatch.setattr(runner, "compute", _compute_seeing_threads)
     assert main([*t2t, "--jobs", "2", "--out", str(two)]) == 0
     a, b = docs(one), docs(two)
     assert sorted(b) == ["eta=150", "eta=50"]
     assert {k: numbers(v) for k, v in a.items()} == {k: numbers(v) for k, v in b.items()}
     share = cell_threads(available_cores(), 2)  # what each of the two workers computed with
     assert [doc["env"]["threads"] for doc in b.values()] == [share, share]
+    for doc in b.values():
+        assert doc["env"]["seen"] == {"torch": share, "omp": str(share), "pools": [share]}
     index = [json.loads((d / "sweep.json").read_text())["cells"] for d in (one, two)]
     assert index[0] == index[1]
     assert not list(two.rglob(LOCK_FILE))

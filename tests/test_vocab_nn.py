@@ -141,6 +141,23 @@ def test_corrupt_cache_is_rebuilt(space, minilm, tmp_path):
     assert vocab.load_embedding_space(minilm, cache_dir=tmp_path).tokens == space.tokens
 
 
+def test_a_space_read_twice_from_the_same_files_is_read_once_and_a_replaced_entry_again(space, minilm, tmp_path):
+    from rapt_audit.encoder import vocab
+
+    vocab.load_embedding_space(minilm, cache_dir=tmp_path)  # built and stored
+    first = vocab.load_embedding_space(minilm, cache_dir=tmp_path)
+    assert vocab.load_embedding_space(minilm, cache_dir=tmp_path) is first  # the same files: read once
+    linked = tmp_path / "other"  # another cache folder hard-linked to the same files, as the tests' are
+    for path in vocab._cache_paths(tmp_path, minilm.fingerprint):
+        target = vocab._cache_paths(linked, minilm.fingerprint)[path.suffix == ".json"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.hardlink_to(path)
+    assert vocab.load_embedding_space(minilm, cache_dir=linked) is first
+    vocab._save(space, tmp_path)  # the entry replaced (by rename): read again
+    again = vocab.load_embedding_space(minilm, cache_dir=tmp_path)
+    assert again is not first and again.tokens == first.tokens
+
+
 def test_embedding_space_shared_per_run(ctx, minilm):
     from rapt_audit.encoder.vocab import embedding_space
 

@@ -210,12 +210,43 @@ def _save(space: EmbeddingSpace, cache_dir: Path) -> None:
         write_cache_atomic(json_path, lambda handle: handle.write(json.dumps(meta).encode("utf-8")))
 
 
+#: Spaces read in this process, by the identity of the two files they were read from (device, inode, size,
+#: modification time: a cache entry is only ever replaced by rename, which gives it another inode). Every run
+#: of a process (a sweep's cells, a test session's many cache folders hard-linked to one template) reads the
+#: same 90 MB entry; read once, it is shared, as it is read-only. A few entries at most (one per model).
+_READ: dict[tuple[str, tuple[int, ...]], EmbeddingSpace] = {}
+_READ_MAX = 4
+
+
+def _file_identity(*paths: Path) -> tuple[int, ...] | None:
+    """``(device, inode, size, mtime)`` of each file, or None when one cannot be read."""
+    try:
+        stats = [path.stat() for path in paths]
+    except OSError:
+        return None
+    return tuple(v for st in stats for v in (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+
 def _load(cache_dir: Path, fingerprint: str) -> EmbeddingSpace | None:
     """The cached space of the weights ``fingerprint``, or None when it is missing, stale or inconsistent.
 
-    The model itself is not needed (nor loaded): the fingerprint ties the cache to the weights.
+    The model itself is not needed (nor loaded): the fingerprint ties the cache to the weights. The same
+    files read before in this process give the space read then (:data:`_READ`).
     """
     npz_path, json_path = _cache_paths(cache_dir, fingerprint)
+    identity = _file_identity(npz_path, json_path)
+    if identity is not None and (fingerprint, identity) in _READ:
+        return _READ[(fingerprint, identity)]
+    space = _read(npz_path, json_path, fingerprint)
+    if space is not None and identity is not None and identity == _file_identity(npz_path, json_path):
+        if len(_READ) >= _READ_MAX:
+            _READ.pop(next(iter(_READ)))
+        _READ[(fingerprint, identity)] = space
+    return space
+
+
+def _read(npz_path: Path, json_path: Path, fingerprint: str) -> EmbeddingSpace | None:
+    """The space stored in ``npz_path`` and ``json_path``, or None when it is missing, stale or inconsistent."""
     try:
         meta = json.loads(json_path.read_text(encoding="utf-8"))
         with np.load(npz_path, allow_pickle=False) as data:
