@@ -16,6 +16,7 @@ from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.types import AttackResult, Estimate, Skip
 from rapt_audit.benchmark.plan import plan_cells
 from rapt_audit.benchmark.run import INDEX_FILE, index_document
+from rapt_audit.benchmark.spec import shipped_dir
 from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.pipeline.results import SYNTHETIC_WARNING, RunResult, write_result
 
@@ -103,6 +104,19 @@ def benchmark_folder(root: Path, name: str = "smoke") -> Path:
                      cell.cell.config.out)
     write_json_atomic(root / INDEX_FILE, index_document(bench, cells))
     return root
+
+
+def submission_folder(root: Path, name: str = "smoke") -> Path:
+    """A contributor's folder for ``benchmark verify``: the shipped benchmark's folder (:func:`benchmark_folder`) with
+    one more setting of t2t added (η = 50), measured as the published cells were (invented numbers, their signature).
+    Its file is written beside it (``ROOT.toml``), as a contributor's copy of the shipped one."""
+    text = (shipped_dir() / f"{name}.toml").read_text(encoding="utf-8")
+    start = text.index("[defenses.t2t]")
+    grid = text.index("eta = [", start)
+    file = root.with_name(f"{root.name}.toml")
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(text[:grid] + "eta = [50, " + text[grid + len("eta = ["):], encoding="utf-8")
+    return benchmark_folder(root, str(file))
 
 
 def _typed(text: str) -> object:

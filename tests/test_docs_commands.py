@@ -40,7 +40,7 @@ from rapt_audit.data import DATA_ENV
 from rapt_audit.pipeline.results import write_result
 from rapt_audit.reporting.check import read_baseline
 from rapt_audit.benchmark.validate import load_benchmark, public_corpora
-from tests.result_factory import benchmark_folder, t2t_sweep
+from tests.result_factory import benchmark_folder, submission_folder, t2t_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -62,6 +62,7 @@ FIXTURES: dict[str, Callable[[Path], object]] = {
     "runs/t2t-eta": t2t_sweep,  # the documented η sweep of t2t, as result files (invented numbers)
     "runs/ci-gate": _ci_gate,
     "runs/bench-smoke": benchmark_folder,  # the smoke benchmark's folder, every cell finished (invented numbers)
+    "runs/submission": submission_folder,  # a contributor's copy of it with t2t at η = 50 added (benchmark verify)
     "baselines/ci-smoke.json": lambda path: shutil.copyfile(REPO / "baselines" / "ci-smoke.json", path),
     # The user's own input files of the documented privatize commands.
     "notes.txt": lambda path: path.write_text("My landlord John raised the rent.\nI see my doctor on Friday.\n",

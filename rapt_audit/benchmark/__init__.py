@@ -6,8 +6,10 @@ Owns: :mod:`~rapt_audit.benchmark.spec` (the ``benchmarks/NAME.toml`` format, th
 (the cells and their estimated cost, with the per-profile table ``costs.toml``),
 :mod:`~rapt_audit.benchmark.run` (the cells through the sweep machinery, and ``benchmark.json``),
 :mod:`~rapt_audit.benchmark.join` (the cells of one setting and seed joined into one result),
-:mod:`~rapt_audit.benchmark.matched` (privacy at matched utility) and
-:mod:`~rapt_audit.benchmark.render` (the report and leaderboard, through the reporting layer's own).
+:mod:`~rapt_audit.benchmark.matched` (privacy at matched utility),
+:mod:`~rapt_audit.benchmark.render` (the report and leaderboard, through the reporting layer's own), and
+:mod:`~rapt_audit.benchmark.admit` with :mod:`~rapt_audit.benchmark.verify` (a contributor's folder checked
+against the published one: cells measured otherwise refused, a sample re-run and compared within noise).
 
 May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.data` (datasets are
 checked before any work), :mod:`rapt_audit.pipeline` (configurations, sweeps, result files) and

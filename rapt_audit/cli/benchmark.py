@@ -1,4 +1,5 @@
-"""``rapt-audit benchmark run|report``: a declared benchmark (``benchmarks/NAME.toml``) run, and read."""
+"""``rapt-audit benchmark run|report|verify``: a declared benchmark (``benchmarks/NAME.toml``) run, read, and a
+contributor's folder checked against the published one (:mod:`rapt_audit.cli.bench_verify`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rapt_audit.benchmark.plan import dry_run_text, plan_cells
 from rapt_audit.benchmark.render import write_benchmark_report
 from rapt_audit.benchmark.run import check_benchmark_dir, default_out, run_benchmark
 from rapt_audit.benchmark.validate import load_benchmark
+from rapt_audit.cli import bench_verify
 from rapt_audit.cli.options import add_cell_options, cell_executor
 from rapt_audit.pipeline import sweep
 from rapt_audit.pipeline.cell_limit import check_max_cells
@@ -24,17 +26,19 @@ EPILOG = """examples:
   rapt-audit benchmark run sst2-paper --dry-run
   rapt-audit benchmark run sst2-cpu --jobs 2 --time-budget 3000
   rapt-audit benchmark report runs/bench-smoke
+  rapt-audit benchmark verify runs/submission --against runs/bench-smoke --sample 0
 NAME is a benchmark shipped with rapt-audit (the repository's benchmarks/ folder); FILE is any .toml of
 the same format (README: Benchmarks). Every cell is checked before any work; a bad file stops with
 FILE:LINE and the fix. Finished cells are reused, so an interrupted benchmark run again goes on; run
-renders DIR/index.html, DIR/leaderboard.md and DIR/claims.md when every cell has finished."""
+renders DIR/index.html, DIR/leaderboard.md and DIR/claims.md when every cell has finished. verify (for
+maintainers) refuses a contributor's cells measured otherwise than the published ones and re-runs a sample."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the ``benchmark`` sub-command and its ``run`` and ``report`` actions."""
+    """Register the ``benchmark`` sub-command and its ``run``, ``report`` and ``verify`` actions."""
     p = sub.add_parser("benchmark", help="run a declared benchmark (benchmarks/NAME.toml), render its report",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = p.add_subparsers(dest="benchmark_command", required=True, metavar="{run,report}")
+    actions = p.add_subparsers(dest="benchmark_command", required=True, metavar="{run,report,verify}")
     run = actions.add_parser("run", help="run every cell of a benchmark (finished cells are reused)")
     run.add_argument("benchmark", metavar="NAME|FILE",
                      help="a shipped benchmark (smoke, sst2-cpu, sst2-paper) or a .toml file")
@@ -50,10 +54,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--out", default=None, help="HTML file (default DIR/index.html)")
     report.add_argument("--leaderboard", default=None, help="Markdown file (default DIR/leaderboard.md)")
     report.add_argument("--title", default=None)
+    bench_verify.add_parser(actions)
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
-    """Run ``benchmark run`` or ``benchmark report``."""
+    """Run ``benchmark run``, ``benchmark report`` or ``benchmark verify``."""
+    if args.benchmark_command == "verify":
+        return bench_verify.cmd_verify(args)
     if args.benchmark_command == "report":
         html, markdown, joined = write_benchmark_report(args.folder, out=args.out, leaderboard=args.leaderboard,
                                                         title=args.title)

@@ -1,0 +1,229 @@
+"""Which cells of a submission may join a published benchmark: the checks ``benchmark verify`` makes on every
+cell, before and without any re-run.
+
+A submission is a benchmark folder (``benchmark.json`` and a folder per cell) that a contributor sends
+back: their own cells, with or without copies of the published ones. A cell whose ``cell_id`` the
+published index lists is a published cell (its copy, if there is one, must be the published result
+unchanged); every other indexed cell is the contributor's, and joins the published tables only when it
+was measured exactly as the published cells were. Each of these is checked, and a cell that fails one
+is *refused* with the field that differs and what to do:
+
+* its result is there, readable, of its indexed cell, and no attack of it failed;
+* its seed is a published seed, and its dataset one the published benchmark runs its defense on;
+* protocol: the ``[service]`` settings the published benchmark applies to every defense that customizes
+  the encoder are the ones it ran with (a defense's own table may not change them);
+* configuration: its recorded ``cell_id`` is the one the published file makes for this defense,
+  setting, seed and dataset (:func:`~rapt_audit.benchmark.plan.plan_cells` on the published file, with
+  this one defense): profile, model, split sizes and attacks as published;
+* signature: its result's comparability signature (data and its fingerprint, split sizes, model and its
+  fingerprint, profile, attacks and their settings, the code digest of the built-ins, third-party attack
+  versions, the package's minor version) is one that the published cells of its dataset carry.
+
+The published protocol comes from the published folder's own copy of its file (``benchmark.toml``; else the
+shipped file its index names, checked against the index's sha256) and its signatures from its finished
+cells: a benchmark file alone holds no fingerprint or code digest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.params import plugin_fields
+from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.benchmark.join import Joined, join
+from rapt_audit.benchmark.plan import BenchCell, plan_cells
+from rapt_audit.benchmark.run import COPY_FILE
+from rapt_audit.benchmark.spec import Benchmark, DefenseGrid, shipped_dir
+from rapt_audit.benchmark.validate import SERVICE_MARKER, load_benchmark
+from rapt_audit.pipeline.results import RunResult
+from rapt_audit.reporting.check import signature_changes
+
+#: What to do when a signature field differs, by field (see :func:`rapt_audit.pipeline.results.signature`).
+SIGNATURE_FIXES = {
+    "data": "run it on the published data files (the fingerprint is of the data the cell read)",
+    "splits": "run it from the published benchmark file, whose [splits] every cell uses",
+    "model": "run it with the published model (the fingerprint is of its weights)",
+    "profile": "run it from the published benchmark file, whose profile every cell uses",
+    "attacks": "run it from the published benchmark file: its attacks, with their default settings",
+    "code": "run it with the rapt-audit the benchmark was published with (the git_sha and version in a published "
+            "cell's env): the digest is of the built-in defenses, attacks and core that measured every row",
+    "plugins": "run it with the third-party attacks, at the versions, of the published cells",
+    "v": "run it with the rapt-audit version the benchmark was published with",
+}
+#: Configuration keys that never change a number (``RunConfig.cell_id`` leaves them out too).
+_NOT_MEASURED = {"out", "force", "device", "data_dir", "release_cache"}
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published benchmark folder read back for comparison.
+
+    Attributes:
+        folder: The folder.
+        joined: Its cells read (:func:`~rapt_audit.benchmark.join.join`).
+        bench: Its file, parsed from the folder's own copy (``benchmark.toml``).
+        signatures: Dataset → how many of its finished cells carry each signature.
+    """
+
+    folder: Path
+    joined: Joined
+    bench: Benchmark
+    signatures: dict[str, Counter[str]]
+
+    @property
+    def cell_ids(self) -> dict[str, dict[str, Any]]:
+        """``cell_id`` → the published index's cell."""
+        return {c["cell_id"]: c for c in self.joined.index["cells"]}
+
+    def code(self) -> str | None:
+        """The code digest (first digits) its cells ran with, when they all agree and record one."""
+        found = {_fields(sig).get("code") for counts in self.signatures.values() for sig in counts}
+        return next(iter(found)) if len(found) == 1 else None
+
+
+def _fields(signature: str) -> dict[str, str]:
+    return dict(p.split(":", 1) for p in signature.split("|") if ":" in p)
+
+
+def read_published(folder: str | Path) -> Published:
+    """Read a published benchmark folder (its index, cells and file copy).
+
+    Raises:
+        ResultError: when it holds no benchmark index, no copy of its file (nor names a file that is here), a file
+            other than the one its cells ran from, or no finished cell.
+    """
+    folder = Path(folder)
+    joined = join(folder)
+    bench = load_benchmark(_published_file(folder, joined.index), check_data=False)
+    if bench.sha256 != joined.index.get("file_sha256"):
+        raise ResultError(f"{bench.path} is not the file {folder} was run from (sha256 {bench.sha256[:12]}, the index "
+                          f"records {str(joined.index.get('file_sha256'))[:12]}); restore the folder's {COPY_FILE}")
+    signatures: dict[str, Counter[str]] = {}
+    for cell in joined.index["cells"]:
+        result = joined.cells.get(cell["name"])
+        if result is not None:
+            signatures.setdefault(cell["dataset"], Counter())[result.signature] += 1
+    if not signatures:
+        raise ResultError(f"{folder} holds no finished cell, so there is no published signature to compare with")
+    return Published(folder, joined, bench, signatures)
+
+
+def _published_file(folder: Path, index: dict[str, Any]) -> Path:
+    """The file the published cells were run from: the folder's copy, else the file its index names (a shipped
+    ``benchmarks/NAME.toml`` wherever the package is installed)."""
+    if (folder / COPY_FILE).is_file():
+        return folder / COPY_FILE
+    named = Path(index["file"])
+    path = shipped_dir() / named.name if named.parent == Path("benchmarks") else named
+    if not path.is_file():
+        raise ResultError(f"{folder} holds no {COPY_FILE} and its index names {index['file']}, which is not here; give "
+                          "the published folder as benchmark run wrote it (the committed reports/NAME/ or a download)")
+    return path
+
+
+def same_result(a: RunResult, b: RunResult) -> bool:
+    """Whether two results of one cell are the same measurement (where the run wrote it and on which machine's
+    data folder aside)."""
+    def measured(r: RunResult) -> dict[str, Any]:
+        doc = r.to_dict()
+        return {**doc, "config": {k: v for k, v in doc["config"].items() if k not in _NOT_MEASURED}}
+
+    return measured(a) == measured(b)
+
+
+def check_installed(cells: Sequence[dict[str, Any]], results: dict[str, RunResult]) -> None:
+    """Every defense of ``cells`` is installed here, at the version its cells recorded (``defense.origin``).
+
+    Raises:
+        UsageError: naming the defense, the distribution and version its cells ran with, and the fix.
+    """
+    load()
+    for defense in dict.fromkeys(c["defense"] for c in cells):
+        recorded = next((str(r.defense.get("origin") or "") for c in cells if c["defense"] == defense
+                         and (r := results.get(c["name"])) is not None), "")
+        dist, _, version = recorded.rpartition(" ")
+        install = f"pip install '{dist}=={version}'" if dist else "install the contributor's plugin package"
+        if defense not in DEFENSES:
+            raise UsageError(f"defense {defense!r} of the submission is not installed here"
+                             + (f" (its cells ran with {recorded})" if recorded else "")
+                             + f"; {install}, check it with rapt-audit plugin check {defense}, then run verify again")
+        here = DEFENSES.entry(defense).origin
+        if recorded and here != recorded:
+            raise UsageError(f"defense {defense!r} is installed here from {here or 'rapt-audit itself'}, but the "
+                             f"submission's cells ran with {recorded}: re-runs would measure other code; {install}")
+
+
+def expected_cell(published: Published, cell: dict[str, Any], *, out: Path, data_dir: str | None = None,
+                  device: str | None = None) -> BenchCell | None:
+    """The cell the published file makes for ``cell``'s defense, setting, seed and dataset, named as ``cell`` and
+    written below ``out``; None when the published benchmark runs that defense on no such dataset."""
+    grid = DefenseGrid(cell["defense"], (), tuple(cell["setting"].items()))  # the setting as the cell ran it
+    bench = replace(published.bench, defenses=(grid,), seeds=(cell["seed"],))
+    for planned in plan_cells(bench, out=out, data_dir=data_dir, device=device):
+        if planned.dataset == cell["dataset"]:
+            config = replace(planned.cell.config, out=str(out / cell["name"]))
+            return replace(planned, cell=replace(planned.cell, name=cell["name"], config=config))
+    return None
+
+
+def refusals(published: Published, cell: dict[str, Any], result: RunResult | None, problem: str | None,
+             expected: BenchCell | None) -> list[str]:
+    """Why ``cell`` (the contributor's) may not join the published benchmark, one line per field; empty when it
+    may. ``problem``: why its result could not be read, if it could not (see the module docstring)."""
+    if result is None:
+        return [f"result: {problem or 'not finished (no result.json)'}; run the cell to the end and send its folder"]
+    found = []
+    if result.failed:
+        found.append(f"result: attack(s) {', '.join(sorted(result.failed))} failed; run the cell again until "
+                     "every attack finishes")
+    seeds = published.joined.index["seeds"]
+    if cell["seed"] not in seeds:
+        found.append(f"seed: {cell['seed']} is not a published seed ({', '.join(map(str, seeds))}); run the "
+                     "published seeds only, so that rows combine the same seeds")
+    found += _protocol(published, cell)
+    if expected is None:
+        found.append(f"dataset: the published benchmark runs no {cell['defense']} cell on {cell['dataset']}; drop it")
+    elif expected.cell.config.cell_id() != cell["cell_id"]:
+        changed = _config_changes(result.config, expected.cell.config.to_dict())
+        found.append(f"configuration: {changed or 'its recorded cell_id'} differs from the cell the published file "
+                     "makes for this setting; run it from the published benchmark file, not an edited copy")
+    reference = published.signatures.get(cell["dataset"])
+    if reference and result.signature not in reference:
+        usual = reference.most_common(1)[0][0]
+        for field, (theirs, ours) in signature_changes(result.signature, usual).items():
+            found.append(f"signature {field}: {theirs or 'none'} where the published cells have {ours or 'none'}; "
+                         f"{SIGNATURE_FIXES.get(field, 'run it as the published cells were run')}")
+    elif not reference:
+        found.append(f"signature: no published cell of {cell['dataset']} has finished, so there is nothing to "
+                     "compare its signature with")
+    return found
+
+
+def _protocol(published: Published, cell: dict[str, Any]) -> list[str]:
+    """The ``[service]`` settings ``cell`` ran without or changed, of those the published file applies to it."""
+    service = published.joined.index.get("service") or {}
+    fields = plugin_fields(DEFENSES.get(cell["defense"]))
+    if SERVICE_MARKER not in fields:
+        return []  # its service does not customize the encoder: [service] does not apply to it
+    found = []
+    for key, value in service.items():
+        got = cell["setting"].get(key)
+        if key in fields and got != value:
+            what = f"ran without {key}" if got is None else f"ran with {key}={got}"
+            found.append(f"protocol: {what}, but the published [service] sets {key}={value} for every defense whose "
+                         f"service customizes the encoder; remove {key} from your defense's table")
+    return found
+
+
+def _config_changes(got: dict[str, Any], want: dict[str, Any]) -> str:
+    """``attack_args: {...} (published {...})``: the measured configuration keys that differ."""
+    keys = [k for k in dict.fromkeys([*want, *got]) if k not in _NOT_MEASURED and got.get(k) != want.get(k)]
+    return "; ".join(f"{k}: {got.get(k)!r} (published {want.get(k)!r})" for k in keys)
+
+
+__all__ = ["Published", "SIGNATURE_FIXES", "check_installed", "expected_cell", "read_published", "refusals",
+           "same_result"]

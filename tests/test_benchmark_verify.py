@@ -1,0 +1,203 @@
+"""``benchmark verify``: a contributor's cells refused when measured otherwise than the published ones, re-run on a
+sample and compared within noise; an edited number is caught, an honest re-run verifies.
+
+The published folder is invented (result_factory, milliseconds); the contributor's cell is a real run of the
+smallest cell there is (the identity probe and the attacker's prior on 20 synthetic records, about a second), as
+is its one re-run, which a second check reuses from the scratch folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from rapt_audit.api.errors import UsageError
+from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.benchmark.plan import plan_cells
+from rapt_audit.benchmark.run import run_benchmark
+from rapt_audit.benchmark.validate import load_benchmark
+from rapt_audit.benchmark.verify import choose_sample, verify
+from rapt_audit.cli.main import main
+from rapt_audit.pipeline.results import read_result, write_result
+from tests.result_factory import benchmark_folder
+
+PUBLISHED = """\
+name = "tiny"
+profile = "smoke"
+seeds = [0]
+attacks = ["random_guess"]
+
+[datasets]
+utility = "synthetic"
+inversion = "synthetic"
+
+[splits]
+victim_train = 20
+victim_test = 20
+attacker_train = 20
+attacker_valid = 10
+
+[defenses.identity]
+"""
+#: The contributor's file: the published one with their defense added.
+CONTRIBUTED = PUBLISHED + "\n[defenses.echo]\n"
+ORIGIN = "rapt-audit-echo 0.1.0"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def echo_plugin():
+    """The contributor's defense, installed as a plugin would be (the identity defense under another name)."""
+    load()
+    identity = DEFENSES.get("identity")
+
+    @dataclass
+    class Echo(identity):
+        """A contributor's defense: the raw text (test double)."""
+
+    DEFENSES.add("echo", Echo, tags=("text",), origin=ORIGIN)
+    yield
+    DEFENSES.remove("echo")
+
+
+def _folders(root: Path, contributed: str = CONTRIBUTED, published: str = PUBLISHED) -> tuple[Path, Path]:
+    """An invented published folder of ``published`` and a submission of ``contributed``: a copy of it with the
+    contributor's cells added."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "published.toml").write_text(published, encoding="utf-8")
+    (root / "contributed.toml").write_text(contributed, encoding="utf-8")
+    folder = benchmark_folder(root / "published", str(root / "published.toml"))
+    shutil.copyfile(root / "published.toml", folder / "benchmark.toml")  # as benchmark run leaves it
+    submission = benchmark_folder(root / "submission", str(root / "contributed.toml"))
+    for cell in folder.glob("defense=*"):  # the contributor started from a copy of the published folder
+        shutil.copytree(cell, submission / cell.name, dirs_exist_ok=True)
+    return folder, submission
+
+
+def _echo_cell(folder: Path) -> Path:
+    (path,) = [p for p in folder.glob("defense=echo*/result.json")]
+    return path
+
+
+def _edit(path: Path, **changes: object) -> None:
+    write_result(replace(read_result(path), **changes), path.parent)
+
+
+def _tree(*folders: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for f in folders for p in sorted(f.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- refused without any re-run
+
+
+@pytest.mark.parametrize("field, old, new", [("attacks", "attacks:11111111", "attacks:99999999"),
+                                             ("code", "|v:", "|code:deadbeef|v:")])
+def test_a_cell_measured_otherwise_is_refused_naming_the_field_and_the_fix(tmp_path, capsys, field, old, new):
+    published, submission = _folders(tmp_path)
+    path = _echo_cell(submission)
+    _edit(path, signature=read_result(path).signature.replace(old, new))
+    code = main(["benchmark", "verify", str(submission), "--against", str(published), "--sample", "0"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"refused    signature {field}:" in out and "1 refused" in out and "run it" in out
+    assert "1 cell(s) of the published benchmark" in out  # the copy of the published identity cell, unchanged
+
+
+def test_an_honest_signature_is_admitted_and_a_changed_protocol_or_published_cell_refused(tmp_path, capsys):
+    published, submission = _folders(tmp_path)
+    assert main(["benchmark", "verify", str(submission), "--against", str(published), "--sample", "0"]) == 0
+    assert "1 unchecked" in capsys.readouterr().out
+    # The contributor's own table changes what [service] sets for every defense; and a published copy is edited.
+    served = PUBLISHED.replace("[datasets]", '[service]\nmethod = "bow"\n\n[datasets]')
+    published, submission = _folders(tmp_path / "protocol", served + '\n[defenses.echo]\nmethod = "prompt"\n', served)
+    (identity,) = submission.glob("defense=identity*/result.json")
+    _edit(identity, warnings=["edited"])
+    result = verify(submission, against=published, sample=0)
+    reasons = {v.cell["defense"]: " ".join(v.reasons) for v in result.verdicts if v.status == "refused"}
+    assert "protocol: ran with method=prompt" in reasons["echo"] and "remove method" in reasons["echo"]
+    assert "not the published one" in reasons["identity"] and not result.passed
+
+
+def test_a_plugin_defense_not_installed_is_named_with_the_fix(tmp_path, capsys):
+    published, submission = _folders(tmp_path)
+    path = _echo_cell(submission)
+    result = read_result(path)
+    _edit(path, defense={**result.defense, "origin": ORIGIN})
+    entry = DEFENSES.entry("echo")
+    DEFENSES.remove("echo")
+    try:
+        assert main(["benchmark", "verify", str(submission), "--against", str(published)]) == 2
+    finally:
+        DEFENSES.add("echo", entry.obj, tags=entry.tags, origin=entry.origin)
+    err = capsys.readouterr().err
+    assert "defense 'echo'" in err and "pip install 'rapt-audit-echo==0.1.0'" in err
+
+
+def test_the_sample_is_seeded_and_spread_over_the_defenses():
+    cells = [{"name": f"{d}-{i}", "defense": d} for d in ("a", "b") for i in range(5)]
+    first = choose_sample(cells, 2, seed=7)
+    assert first == choose_sample(list(reversed(cells)), 2, seed=7)  # the draw depends on the seed alone
+    assert {c["defense"] for c in first} == {"a", "b"}
+    assert len(choose_sample(cells, None, seed=1)) == 10
+
+
+def test_verify_refuses_to_write_into_the_submission_or_the_published_folder(tmp_path):
+    published, submission = _folders(tmp_path)
+    with pytest.raises(UsageError, match="overlap"):
+        verify(submission, against=published, scratch=submission / "reruns")
+
+
+# ---------------------------------------------------------------- re-runs
+
+
+@pytest.fixture(scope="module")
+def submitted(tmp_path_factory):
+    """A published folder and a submission whose echo cell is a real run; the published cells carry its signature."""
+    root = tmp_path_factory.mktemp("verify")
+    published, submission = _folders(root)
+    with pytest.MonkeyPatch.context() as patch:  # the session's cache, as conftest gives each test
+        patch.setenv("RAPT_AUDIT_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+        shutil.rmtree(_echo_cell(submission).parent)  # the contributor runs their cell for real
+        bench = load_benchmark(root / "contributed.toml", check_data=False)
+        run_benchmark(bench, plan_cells(bench, out=submission), out=submission)
+    signature = read_result(_echo_cell(submission)).signature
+    for folder in (published, submission):
+        for path in folder.glob("defense=identity*/result.json"):
+            _edit(path, signature=signature)  # what the published cells of this dataset carry
+    return {"published": published, "submission": submission, "scratch": root / "scratch", "root": root}
+
+
+def test_an_honest_rerun_verifies_and_nothing_is_written_into_either_folder(submitted, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))  # re-measured here, nothing read from a cache
+    before = _tree(submitted["published"], submitted["submission"])
+    code = main(["benchmark", "verify", str(submitted["submission"]), "--against", str(submitted["published"]),
+                 "--sample", "all", "--sample-seed", "3", "--scratch", str(submitted["scratch"]), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "verified   " in out and "1 verified" in out and "--sample-seed 3" in out
+    assert _tree(submitted["published"], submitted["submission"]) == before
+
+
+def test_an_edited_number_differs_from_its_rerun(submitted, tmp_path):
+    edited = tmp_path / "edited"
+    shutil.copytree(submitted["submission"], edited)
+    path = _echo_cell(edited)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    accuracy = doc["utility"]["accuracy"]
+    num = accuracy["per_record"]["num"]
+    flipped = [1] * (len(num) // 2) + num[len(num) // 2:]  # the first half of the records now "correct"
+    value = sum(flipped) / len(flipped)
+    accuracy.update(value=value, ci_low=max(0.0, value - 0.2), ci_high=min(1.0, value + 0.2))
+    accuracy["per_record"]["num"] = flipped
+    privacy = doc["attacks"]["random_guess"]["empirical_privacy"]  # its outcomes kept, its interval narrowed
+    privacy["ci_low"] = privacy["value"] - 0.001
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert value > sum(num) / len(num) + 0.1  # the edit moved the headline
+    result = verify(edited, against=submitted["published"], sample=None, scratch=submitted["scratch"])
+    (verdict,) = result.verdicts
+    assert verdict.status == "differs" and not result.passed
+    assert "accuracy: submitted" in verdict.reasons[0] and "excludes 0" in verdict.reasons[0]
+    assert any(r.startswith("random_guess:") and "interval was edited" in r for r in verdict.reasons)
