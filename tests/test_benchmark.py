@@ -38,6 +38,8 @@ else:
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = (ROOT / "benchmarks" / "smoke.toml").read_text(encoding="utf-8")
 BUILTIN = {"identity", "t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr"}
+#: The field's word-level sanitizers (issue 44): on the real-data benchmarks, not (yet) on the smoke one.
+WORD = {"santext", "custext", "tem", "mahalanobis", "vickrey"}
 
 TWO = """\
 name = "two"
@@ -94,11 +96,14 @@ def test_the_shipped_folder_is_the_repository_benchmarks_folder_and_pyproject_sh
 
 def test_the_shipped_benchmarks_hold_every_builtin_defense_three_seeds_and_one_shape():
     load()
-    assert BUILTIN <= set(DEFENSES.names())
+    # Every defense shipped with rapt-audit (registered from rapt_audit.defenses) is on the real-data benchmarks.
+    shipped_defenses = {n for n in DEFENSES.names() if DEFENSES.get(n).__module__.startswith("rapt_audit.defenses.")}
+    assert shipped_defenses == BUILTIN | WORD
     benches = {name: load_benchmark(name, check_data=False) for name in ("smoke", "sst2-cpu", "sst2-paper")}
     assert {b.profile for b in benches.values()} == {"smoke", "cpu", "paper"}
-    for bench in benches.values():
-        assert {d.name for d in bench.defenses} == BUILTIN and len(bench.seeds) == 3
+    for name, bench in benches.items():
+        expected = BUILTIN if name == "smoke" else BUILTIN | WORD
+        assert {d.name for d in bench.defenses} == expected and len(bench.seeds) == 3, name
         assert dict(bench.service)["method"] == "prompt"
     cpu, paper = benches["sst2-cpu"], benches["sst2-paper"]
     # The CPU grid is a cut of the paper grid (what two cores afford), with the same fixed settings.
