@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -48,6 +49,23 @@ def test_rerun_reuses_and_other_run_is_refused(tmp_path, capsys):
     assert main(RUN + ["--dataset", "synthetic", "--out", str(out), "--seed", "9"]) == 2
     assert "holds a different run" in capsys.readouterr().err
     assert (out / "result.json").read_bytes() == first  # nothing lost
+
+
+def test_a_result_measured_by_other_code_is_reused_with_a_warning_and_measured_again_with_force(tmp_path, monkeypatch):
+    from rapt_audit.pipeline import runner
+
+    out = tmp_path / "run"
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
+    first = (out / "result.json").read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same code: reused without a word
+        assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
+    monkeypatch.setattr(runner, "package_code_digest", lambda: "0123abcd" * 8)  # an upgrade since
+    with pytest.warns(UserWarning, match=r"other code measured \(code:[0-9a-f]{8}; this is code:0123abcd\).*--force"):
+        assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
+    assert (out / "result.json").read_bytes() == first  # kept: never overwritten unasked
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out), "--force"]) == 0
+    assert "|code:0123abcd|" in json.loads((out / "result.json").read_text())["signature"]  # measured by this code
 
 
 @pytest.mark.parametrize(("argv", "message"), [

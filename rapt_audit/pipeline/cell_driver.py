@@ -70,8 +70,10 @@ def duration(seconds: float) -> str:
 
 def reuse(cell: Cell, index: SweepIndex, log: Log, number: str) -> RunResult:
     """The finished result of a cell that :func:`~rapt_audit.pipeline.sweep.check_cells` found complete."""
+    result = index.finished[cell.name]  # read and checked just before, under the sweep's lock
+    audit_runner.warn_if_other_code(result, Path(cell.config.out))
     log(f"cell {number} {cell.label}: reusing {cell.config.out}")
-    return index.finished[cell.name]  # read and checked just before, under the sweep's lock
+    return result
 
 
 class CellDriver:
@@ -195,6 +197,7 @@ class CellDriver:
                 lock.close()
                 self.results[cell.name] = existing
                 self.index.mark(cell, "complete")
+                audit_runner.warn_if_other_code(existing, Path(cell.config.out))
                 self.say(cell, f"reusing {cell.config.out} (written meanwhile)")
                 continue
             self.say(cell, f"started ({self.counts()})")

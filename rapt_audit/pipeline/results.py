@@ -245,3 +245,8 @@ def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, 
     parts += [f"code:{code[:8]}"] if code else []
     parts += [f"plugins:{','.join(f'{d}={v}' for d, v in sorted(plugins.items()))}"] if plugins else []
     return "|".join([*parts, f"v:{minor}"])  # no spaces: the report shows it as one code token
+
+
+def signature_fields(text: str) -> dict[str, str]:
+    """A :func:`signature` read back: field → value (``{"data": "sst2@1a2b3c4d", ..., "code": "5e6f7a8b"}``)."""
+    return dict(part.split(":", 1) for part in text.split("|") if ":" in part)

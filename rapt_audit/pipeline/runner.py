@@ -24,6 +24,7 @@ aimed at the same directory fails at once instead of racing the first to ``resul
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,6 +63,7 @@ from rapt_audit.pipeline.results import (
     environment,
     read_result,
     signature,
+    signature_fields,
     why_unreadable,
     write_result,
 )
@@ -183,6 +185,21 @@ def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
     return None
 
 
+def warn_if_other_code(existing: RunResult, out: Path) -> None:
+    """Warn where a finished result in ``out`` is reused although other code measured it.
+
+    A result's configuration (its cell id) does not hold the code that measured it, so a result made before
+    an upgrade or a fix is "this run" too; it is kept (never overwritten unasked), but not silently: a
+    warning, which ``--quiet`` does not hide, names both code digests and the way to measure again.
+    """
+    then = signature_fields(existing.signature).get("code")
+    now = package_code_digest()[:8]
+    if then != now:
+        warnings.warn(f"{out} holds a result that other code measured (code:{then or 'unrecorded'}; this is code:"
+                      f"{now}), reused as it is: its numbers may not be this code's; pass --force to measure them "
+                      "again", stacklevel=2)
+
+
 def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) -> RunResult:
     """Run one audit and write its result file.
 
@@ -207,6 +224,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
         remove_stray_temps(checked.out, RESULT_FILE)  # left by a killed run; never read, now removed
         existing = check_out_dir(checked.out, config)
         if existing is not None and not config.force:
+            warn_if_other_code(existing, checked.out)
             say(f"{checked.out} already holds this run; reusing it (pass --force to run again)")
             return existing
         return _execute(checked, say=say, progress=progress)

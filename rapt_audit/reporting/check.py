@@ -47,7 +47,7 @@ from typing import Any, Sequence
 from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.plugins import load
 from rapt_audit.api.types import AttackFailure, AttackResult, Estimate
-from rapt_audit.pipeline.results import RunResult
+from rapt_audit.pipeline.results import RunResult, signature_fields
 from rapt_audit.reporting.baseline import BASELINE_SCHEMA, read_baseline, run_label, write_baseline
 from rapt_audit.reporting.collect import collect
 from rapt_audit.scoring.metrics import METRICS
@@ -169,8 +169,7 @@ def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z, toler
 
 def signature_changes(a: str, b: str) -> dict[str, tuple[str | None, str | None]]:
     """The fields of two signatures that differ: field → (value in ``a``, value in ``b``)."""
-    pa = dict(p.split(":", 1) for p in a.split("|") if ":" in p)
-    pb = dict(p.split(":", 1) for p in b.split("|") if ":" in p)
+    pa, pb = signature_fields(a), signature_fields(b)
     return {k: (pa.get(k), pb.get(k)) for k in dict.fromkeys(list(pa) + list(pb)) if pa.get(k) != pb.get(k)}
 
 
