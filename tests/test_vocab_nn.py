@@ -333,6 +333,21 @@ def test_nearest_index_shared_per_key(ctx):
     assert nearest_index(ctx, "eye", table) is first and nearest_index(ctx, "other", table) is not first
 
 
+def test_an_index_over_a_read_only_table_is_shared_by_the_runs_of_a_process_and_a_writable_ones_is_not(ctx, tmp_path):
+    from rapt_audit.pipeline.context import RunContext
+
+    other_run = RunContext(seed=1, profile="smoke", device="cpu", cache_dir=tmp_path)
+    writable = np.eye(4, dtype=np.float32)
+    assert nearest_index(other_run, "eye", writable) is not nearest_index(ctx, "eye", writable)
+    frozen = np.eye(5, dtype=np.float32)
+    frozen.flags.writeable = False  # as the embedding space's tables are
+    shared = nearest_index(ctx, "frozen", frozen)
+    assert nearest_index(other_run, "frozen", frozen) is shared
+    copy = frozen.copy()
+    copy.flags.writeable = False  # equal, but another table: its own index
+    assert nearest_index(RunContext(seed=2, profile="smoke", device="cpu", cache_dir=tmp_path), "frozen", copy) is not shared
+
+
 def test_block_size_follows_the_device():
     table = np.random.default_rng(3).normal(size=(500, 16)).astype(np.float32)
     assert NearestNeighbourIndex(table).block_size == 256

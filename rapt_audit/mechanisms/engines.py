@@ -4,6 +4,7 @@ and by adaptive attackers that re-run the mechanism on their own data)."""
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -19,10 +20,32 @@ from rapt_audit.mechanisms.pos import LEXICON_VERSION, PUBLIC_MIN_COUNT, load_ta
 from rapt_audit.mechanisms.privatize import TokenEngine, WordEngine, mean_piece_vectors
 
 
+#: Indexes over read-only tables, kept for the process by the table's identity: the embedding space is read
+#: once a process (``encoder.vocab``), so every run of a sweep or test session searches the same read-only
+#: table, whose index took a copy and a sort of 30k rows again per run (118 builds in a test session). A
+#: read-only table cannot change under its index; a writable one (a run's own candidate rows) is not kept.
+_READ_ONLY_INDEXES: dict[tuple[str, str, int], tuple[weakref.ref, NearestNeighbourIndex]] = {}
+_READ_ONLY_INDEXES_MAX = 4
+
+
 def nearest_index(ctx: RunContext, table_key: str, table: np.ndarray) -> NearestNeighbourIndex:
-    """The run's shared index over ``table`` (built once per ``table_key`` and device)."""
-    return ctx.shared(("nn_index", table_key, ctx.device),
-                      lambda: NearestNeighbourIndex(table, device=ctx.device, cold_queries=ctx.cold_queries))
+    """The run's shared index over ``table`` (built once per ``table_key`` and device; over a read-only table,
+    once a process while that table lives, unless the run starts cold: ``ctx.cold_queries``)."""
+
+    def build() -> NearestNeighbourIndex:
+        if table.flags.writeable or ctx.cold_queries:  # a cold start's index changes as it answers: its own
+            return NearestNeighbourIndex(table, device=ctx.device, cold_queries=ctx.cold_queries)
+        key = (table_key, str(ctx.device), id(table))
+        kept = _READ_ONLY_INDEXES.get(key)
+        if kept is not None and kept[0]() is table:
+            return kept[1]
+        index = NearestNeighbourIndex(table, device=ctx.device)
+        if len(_READ_ONLY_INDEXES) >= _READ_ONLY_INDEXES_MAX:
+            _READ_ONLY_INDEXES.pop(next(iter(_READ_ONLY_INDEXES)))
+        _READ_ONLY_INDEXES[key] = (weakref.ref(table), index)
+        return index
+
+    return ctx.shared(("nn_index", table_key, ctx.device), build)
 
 
 def vocabulary_index(ctx: RunContext) -> NearestNeighbourIndex:
