@@ -189,7 +189,12 @@ def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
             # does not): a figure for the defense on this dataset wins over the defense's, then the default.
             key = next((k for k in (f"{cell.defense}.{cell.dataset}", cell.defense) if k in table), "default")
             seconds = table.get(key, 60.0)
-            costs.append(CellCost("pending", seconds, f"{profile}-profile estimate for {key} (costs.toml)"))
+            if key == "default":  # a plugin's (or an unlisted) defense: a guess, and the listing must say so
+                source = (f"costs.toml has no {profile}-profile figure for {cell.defense}: its default, a guess "
+                          "(time one cell first with --cell)")
+            else:
+                source = f"{profile}-profile estimate for {key} (costs.toml)"
+            costs.append(CellCost("pending", seconds, source))
     return costs
 
 

@@ -137,8 +137,14 @@ def axes_of(cells: Sequence[BenchCell]) -> list[Axis]:
 
 def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, log: Log | None = None,
                   progress: bool = False, executor: Executor | None = None,
-                  time_budget: float | None = None) -> list[tuple[Cell, RunResult]]:
+                  time_budget: float | None = None,
+                  indexed: Sequence[BenchCell] | None = None,
+                  prepare: Callable[[], object] | None = None) -> list[tuple[Cell, RunResult]]:
     """Write the index and run every cell that is not finished; return each finished cell's result.
+
+    ``indexed``: every cell of the file, when ``cells`` is only some of them (``--cell``, ``--add``): the index
+    always lists the whole file, so the folder's report is never a partial benchmark's. ``prepare``: called
+    once the index is written, under the folder's lock, before any cell (``--add`` copies the published cells).
 
     The output folder's lock is held from the index's write to the last cell (a second command on it
     fails at once). A file changed since the folder's last run is said so; its finished cells that
@@ -162,7 +168,9 @@ def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, lo
             say(f"{bench.path} changed since {out} was last run (sha256 {previous[:12]} → {bench.sha256[:12]}); "
                 "finished cells that match a cell of the file exactly are reused")
         write_text_atomic(out / COPY_FILE, bench.text)
-        write_json_atomic(out / INDEX_FILE, index_document(bench, cells))
+        write_json_atomic(out / INDEX_FILE, index_document(bench, cells if indexed is None else indexed))
+        if prepare is not None:
+            prepare()
         return run_sweep([c.cell for c in cells], out=out, axes=axes_of(cells), log=log, progress=progress,
                          executor=executor, time_budget=time_budget, own_index=OWN_INDEX)
 

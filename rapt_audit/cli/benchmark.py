@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.benchmark.extend import copy_published, extend, select, summary
 from rapt_audit.benchmark.plan import dry_run_text, plan_cells
 from rapt_audit.benchmark.render import write_benchmark_report
 from rapt_audit.benchmark.run import check_benchmark_dir, default_out, run_benchmark
@@ -16,6 +17,7 @@ from rapt_audit.cli import bench_verify
 from rapt_audit.cli.options import add_cell_options, cell_executor
 from rapt_audit.pipeline import sweep
 from rapt_audit.pipeline.cell_limit import check_max_cells
+from rapt_audit.pipeline.results import RESULT_FILE
 from rapt_audit.pipeline.runner import check_paper_device
 
 #: Exit status when every cell finished but some attacks failed (as ``run``'s: the report marks them failed).
@@ -31,7 +33,10 @@ NAME is a benchmark shipped with rapt-audit (the repository's benchmarks/ folder
 the same format (README: Benchmarks). Every cell is checked before any work; a bad file stops with
 FILE:LINE and the fix. Finished cells are reused, so an interrupted benchmark run again goes on; run
 renders DIR/index.html, DIR/leaderboard.md and DIR/claims.md when every cell has finished. verify (for
-maintainers) refuses a contributor's cells measured otherwise than the published ones and re-runs a sample."""
+maintainers) refuses a contributor's cells measured otherwise than the published ones and re-runs a sample.
+To put your defense on a published benchmark, give its folder (reports/NAME or a downloaded copy) with
+--add FILE (only [defenses.NAME] tables) and a new --out: only your cells run, the published ones are
+copied and reused (docs/writing-a-defense.md: Put your defense on the leaderboard)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -48,6 +53,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--dry-run", dest="dry_run", action="store_true",
                      help="check the file, list every cell with its estimated cost, run nothing")
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument("--add", default=None, metavar="FILE",
+                     help="add the defenses of FILE ([defenses.NAME] tables only) to the published benchmark whose "
+                          "folder (or reports/NAME) is given instead of NAME|FILE; only their cells run, into a new "
+                          "--out, and the published cells are copied there and reused")
+    run.add_argument("--cell", dest="cells", action="append", default=[], metavar="SELECTOR",
+                     help="run only the cells that match: a cell folder name or KEY=VALUE (defense=, seed=, "
+                          "dataset= or a setting such as p=0.3); repeat to require several. The index still lists "
+                          "every cell, and the report is rendered once all have finished")
     add_cell_options(run)
     report = actions.add_parser("report", help="render a benchmark folder's report, leaderboard and claims")
     report.add_argument("folder", metavar="DIR", help="the --out folder of benchmark run")
@@ -73,24 +86,45 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     problems: list[str] | None = [] if args.dry_run else None  # a dry run lists the cells even without the data
-    bench = load_benchmark(args.benchmark, data_dir=args.data_dir, problems=problems,
-                           max_cells=check_max_cells(args.max_cells))  # counted before any cell is built
-    out = Path(args.out) if args.out else default_out(bench)
-    check_benchmark_dir(out)  # the output rule, in a dry run too: a folder of the user's files is refused
+    max_cells = check_max_cells(args.max_cells)  # counted before any cell is built
+    if args.add:
+        if not args.out:
+            raise UsageError("--add needs --out NEW_DIR: the published folder is never written, and your cells "
+                             "go beside copies of its cells there")
+        out = Path(args.out)
+        check_benchmark_dir(out)
+        ext = extend(args.benchmark, args.add, out=out, data_dir=args.data_dir, problems=problems,
+                     max_cells=max_cells)
+        bench = ext.bench
+    else:
+        ext = None
+        bench = load_benchmark(args.benchmark, data_dir=args.data_dir, problems=problems, max_cells=max_cells)
+        out = Path(args.out) if args.out else default_out(bench)
+        check_benchmark_dir(out)  # the output rule, in a dry run too: a folder of the user's files is refused
     cells = plan_cells(bench, out=out, data_dir=args.data_dir, device=args.device)
+    todo = [c for c in cells if ext is None or ext.is_added(c)]  # a published cell is never re-run
+    todo = select(todo, args.cells) if args.cells else todo
+    notes = []
+    counts = summary(ext, cells) if ext is not None else {"published": 0}
+    if ext is not None:
+        notes.append(f"{counts['published']} published cell(s) of {ext.published.folder} are copied into {out} and "
+                     f"reused, never re-run; {counts['added']} cell(s) of {', '.join(ext.added)} are added")
+    if len(todo) < len(cells) - counts["published"]:
+        notes.append("--cell: the other cells are not run now; the report is rendered once every cell of the "
+                     "file has finished (the same command without --cell runs them)")
     executor = cell_executor(args, cells=True) if not args.dry_run else None
     if args.dry_run:
-        notes = []
         try:  # the run would refuse the paper profile here; the listing is still right for a GPU machine
-            check_paper_device(cells[0].cell.config) if cells else None
+            check_paper_device(todo[0].cell.config) if todo else None
         except UsageError as exc:
             notes.append(str(exc))
-        print(dry_run_text(bench, cells, out=out, jobs=args.jobs, problems=problems or (), notes=notes))
+        print(dry_run_text(bench, todo, out=out, jobs=args.jobs, problems=problems or (), notes=notes))
         return 2 if problems else 0
     log = None if args.quiet else (lambda msg: print(f"[rapt-audit] {msg}", file=sys.stderr, flush=True))
     try:
-        results = run_benchmark(bench, cells, out=out, log=log, progress=not args.quiet and sys.stderr.isatty(),
-                                executor=executor, time_budget=args.time_budget)
+        results = run_benchmark(bench, todo, out=out, log=log, progress=not args.quiet and sys.stderr.isatty(),
+                                executor=executor, time_budget=args.time_budget, indexed=cells,
+                                prepare=(lambda: copy_published(ext, out)) if ext is not None else None)
     except sweep.CellsFailed:  # main() lists the failed cells (exit 2); what finished can be read already
         print(f"render what finished with: rapt-audit benchmark report {out}", file=sys.stderr)
         raise
@@ -98,8 +132,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"rapt-audit: {spent}", file=sys.stderr)
         print(f"render what finished so far with: rapt-audit benchmark report {out}")
         return sweep.BudgetSpent.EXIT_CODE
-    html, markdown, _ = write_benchmark_report(out)
-    print(f"benchmark {bench.name}: {len(results)} cells in {out}; wrote {html} and {markdown}")
+    # A cell with a failed attack has its result (the report marks it failed); one without any is still to run.
+    pending = [c for c in cells if not (Path(str(c.cell.config.out)) / RESULT_FILE).is_file()]
+    if pending:  # never a leaderboard of part of the file over a folder indexed by all of it
+        print(f"benchmark {bench.name}: {len(results)} cell(s) run in {out}; {len(pending)} cell(s) of the file still "
+              "to run, so no report yet: the same command without --cell runs them and renders it (a published cell that "
+              "had not finished is the publisher's to run)")
+    else:
+        html, markdown, _ = write_benchmark_report(out)
+        print(f"benchmark {bench.name}: {len(results)} cells in {out}; wrote {html} and {markdown}")
     failed = sorted({f"{name} ({cell.label})" for cell, r in results for name in r.failed})
     if failed:
         print(f"rapt-audit: {len(failed)} attack run(s) failed and are marked failed in the report: "
