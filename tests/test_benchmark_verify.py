@@ -201,3 +201,63 @@ def test_an_edited_number_differs_from_its_rerun(submitted, tmp_path):
     assert verdict.status == "differs" and not result.passed
     assert "accuracy: submitted" in verdict.reasons[0] and "excludes 0" in verdict.reasons[0]
     assert any(r.startswith("random_guess:") and "interval was edited" in r for r in verdict.reasons)
+
+
+# ---------------------------------------------------------------- review findings (protocol, outcomes, bad cells)
+
+
+@pytest.mark.parametrize("service, table, said", [
+    ("", "epochs = 3", "ran with epochs=3, but the published [service] does not set epochs"),
+    ('method = "bow"', 'method = "bow"\nlr_grid = "0.1,0.01"', "ran with lr_grid=0.1,0.01, but the published [service]"
+                                                               " does not set lr_grid")])
+def test_a_contributor_table_that_changes_the_training_protocol_is_refused(tmp_path, service, table, said):
+    # The cell's own cell_id and the re-run both follow the contributor's setting, so only this check sees it.
+    served = PUBLISHED.replace("[datasets]", f"[service]\n{service}\n\n[datasets]") if service else PUBLISHED
+    published, submission = _folders(tmp_path, served + f"\n[defenses.echo]\n{table}\n", served)
+    (verdict,) = verify(submission, against=published, sample=0).verdicts
+    assert verdict.status == "refused" and any(r.startswith("protocol: " + said) for r in verdict.reasons), verdict
+    assert all(r.startswith("protocol: ") for r in verdict.reasons)
+
+
+def test_a_bad_cell_is_refused_alone_and_the_table_is_still_printed(tmp_path, capsys):
+    published, submission = _folders(tmp_path)
+    index = json.loads((submission / "benchmark.json").read_text(encoding="utf-8"))
+    (echo,) = [c for c in index["cells"] if c["defense"] == "echo"]
+    echo["seed"] = -1  # a seed the published file cannot make a cell of
+    (submission / "benchmark.json").write_text(json.dumps(index), encoding="utf-8")
+    assert main(["benchmark", "verify", str(submission), "--against", str(published), "--sample", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "refused    configuration: seed=-1 is not a seed" in out and "1 refused" in out, out
+    # A published index whose service is not a table: each cell refused, not a crash.
+    published, submission = _folders(tmp_path / "service")
+    doc = json.loads((published / "benchmark.json").read_text(encoding="utf-8"))
+    (published / "benchmark.json").write_text(json.dumps({**doc, "service": ["method=prompt"]}), encoding="utf-8")
+    (verdict,) = verify(submission, against=published, sample=0).verdicts
+    assert verdict.status == "refused" and verdict.reasons[0].startswith("configuration: the published index's")
+
+
+def _without(submitted: dict[str, Path], root: Path, edit) -> tuple[str, ...]:
+    """The reasons of the echo cell's verdict once ``edit`` changed its submitted result document."""
+    shutil.copytree(submitted["submission"], root)
+    path = _echo_cell(root)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    edit(doc)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    (verdict,) = verify(root, against=submitted["published"], sample=None, scratch=submitted["scratch"]).verdicts
+    assert verdict.status == "differs", verdict
+    return verdict.reasons
+
+
+def test_per_record_outcomes_removed_from_a_submission_differ(submitted, tmp_path):
+    def strip(doc):
+        del doc["utility"]["accuracy"]["per_record"]
+        del doc["attacks"]["random_guess"]["empirical_privacy"]["per_record"]
+
+    reasons = _without(submitted, tmp_path / "stripped", strip)
+    assert any(r.startswith("accuracy: per-record outcomes removed") for r in reasons), reasons
+    assert any(r.startswith("random_guess: per-record outcomes removed") for r in reasons), reasons
+
+
+def test_a_utility_metric_dropped_from_a_submission_is_reported(submitted, tmp_path):
+    reasons = _without(submitted, tmp_path / "dropped", lambda doc: doc["utility"].pop("accuracy"))
+    assert "accuracy: measured by the re-run, not submitted" in reasons, reasons

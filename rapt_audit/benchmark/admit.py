@@ -10,8 +10,11 @@ is *refused* with the field that differs and what to do:
 
 * its result is there, readable, of its indexed cell, and no attack of it failed;
 * its seed is a published seed, and its dataset one the published benchmark runs its defense on;
-* protocol: the ``[service]`` settings the published benchmark applies to every defense that customizes
-  the encoder are the ones it ran with (a defense's own table may not change them);
+* protocol: a defense whose service customizes the encoder (it has a ``method`` parameter) ran every setting of
+  the service's customization (``method``, ``epochs``, ``lr``, ``lr_grid``...: the parameters of ``identity``,
+  the service alone) and every ``[service]`` key as the published file runs it: the ``[service]`` value, the
+  profile's default where ``[service]`` names none (the key absent from the cell's setting), or, for a defense
+  the published file runs, what its own table gives it (a contributor's table may not change the protocol);
 * configuration: its recorded ``cell_id`` is the one the published file makes for this defense,
   setting, seed and dataset (:func:`~rapt_audit.benchmark.plan.plan_cells` on the published file, with
   this one defense): profile, model, split sizes and attacks as published;
@@ -31,15 +34,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.errors import DataError, ResultError, UsageError
 from rapt_audit.api.params import plugin_fields
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.plan import BenchCell, plan_cells
 from rapt_audit.benchmark.run import COPY_FILE
-from rapt_audit.benchmark.spec import Benchmark, DefenseGrid, shipped_dir
+from rapt_audit.benchmark.spec import Benchmark, DefenseGrid, set_text, shipped_dir
 from rapt_audit.benchmark.validate import SERVICE_MARKER, load_benchmark
-from rapt_audit.pipeline.results import RunResult
+from rapt_audit.pipeline.results import RunResult, signature_fields
 from rapt_audit.reporting.check import signature_changes
 
 #: What to do when a signature field differs, by field (see :func:`rapt_audit.pipeline.results.signature`).
@@ -81,12 +84,8 @@ class Published:
 
     def code(self) -> str | None:
         """The code digest (first digits) its cells ran with, when they all agree and record one."""
-        found = {_fields(sig).get("code") for counts in self.signatures.values() for sig in counts}
+        found = {signature_fields(sig).get("code") for counts in self.signatures.values() for sig in counts}
         return next(iter(found)) if len(found) == 1 else None
-
-
-def _fields(signature: str) -> dict[str, str]:
-    return dict(p.split(":", 1) for p in signature.split("|") if ":" in p)
 
 
 def read_published(folder: str | Path) -> Published:
@@ -160,7 +159,12 @@ def check_installed(cells: Sequence[dict[str, Any]], results: dict[str, RunResul
 def expected_cell(published: Published, cell: dict[str, Any], *, out: Path, data_dir: str | None = None,
                   device: str | None = None) -> BenchCell | None:
     """The cell the published file makes for ``cell``'s defense, setting, seed and dataset, named as ``cell`` and
-    written below ``out``; None when the published benchmark runs that defense on no such dataset."""
+    written below ``out``; None when the published benchmark runs that defense on no such dataset.
+
+    Raises:
+        UsageError, DataError: when the published file cannot make a cell of that setting (a value the defense
+            refuses, a key it does not have): the caller refuses that one cell (:func:`configuration_refusal`).
+    """
     grid = DefenseGrid(cell["defense"], (), tuple(cell["setting"].items()))  # the setting as the cell ran it
     bench = replace(published.bench, defenses=(grid,), seeds=(cell["seed"],))
     for planned in plan_cells(bench, out=out, data_dir=data_dir, device=device):
@@ -170,10 +174,20 @@ def expected_cell(published: Published, cell: dict[str, Any], *, out: Path, data
     return None
 
 
+def configuration_refusal(exc: UsageError | DataError) -> str:
+    """The refusal of a cell the published file cannot make, or whose protocol cannot be read (``exc``)."""
+    return (f"configuration: {str(exc).rstrip('.')}; run it from the published benchmark file, not an edited copy "
+            "or index")
+
+
 def refusals(published: Published, cell: dict[str, Any], result: RunResult | None, problem: str | None,
              expected: BenchCell | None) -> list[str]:
     """Why ``cell`` (the contributor's) may not join the published benchmark, one line per field; empty when it
-    may. ``problem``: why its result could not be read, if it could not (see the module docstring)."""
+    may. ``problem``: why its result could not be read, if it could not (see the module docstring).
+
+    Raises:
+        UsageError: when the published index's ``service`` is not a table (:func:`configuration_refusal`).
+    """
     if result is None:
         return [f"result: {problem or 'not finished (no result.json)'}; run the cell to the end and send its folder"]
     found = []
@@ -203,19 +217,48 @@ def refusals(published: Published, cell: dict[str, Any], result: RunResult | Non
     return found
 
 
+def service_parameters() -> frozenset[str]:
+    """The settings of the service's customization (``method``, ``epochs``, ``lr``, ``lr_grid``...): the parameters
+    of ``identity``, whose service is the customization alone (the parameter group every defense with a
+    ``method`` parameter extends; this layer reaches it through the registry, never by importing a defense)."""
+    load()
+    return frozenset(plugin_fields(DEFENSES.get("identity")))
+
+
 def _protocol(published: Published, cell: dict[str, Any]) -> list[str]:
-    """The ``[service]`` settings ``cell`` ran without or changed, of those the published file applies to it."""
+    """The protocol settings ``cell`` ran otherwise than the published file runs them (module docstring): those
+    of the service's customization and the ``[service]`` keys, for a defense whose service customizes the
+    encoder."""
     service = published.joined.index.get("service") or {}
+    if not isinstance(service, dict):
+        raise UsageError(f"the published index's service is {type(service).__name__} {service!r}, not a table of "
+                         "settings, so the protocol cannot be checked; restore the published benchmark.json")
     fields = plugin_fields(DEFENSES.get(cell["defense"]))
     if SERVICE_MARKER not in fields:
         return []  # its service does not customize the encoder: [service] does not apply to it
+    keys = [k for k in fields if k in service or k in service_parameters()]
+    grid = next((g for g in published.bench.defenses if g.name == cell["defense"]), None)
+    points = [dict(p) for p in grid.points()] if grid is not None else [
+        {k: set_text(v) for k, v in service.items() if k in fields}]
     found = []
-    for key, value in service.items():
+    for key in keys:
         got = cell["setting"].get(key)
-        if key in fields and got != value:
-            what = f"ran without {key}" if got is None else f"ran with {key}={got}"
-            found.append(f"protocol: {what}, but the published [service] sets {key}={value} for every defense whose "
-                         f"service customizes the encoder; remove {key} from your defense's table")
+        allowed = {p.get(key) for p in points}
+        if (None if got is None else set_text(got)) in allowed:
+            continue
+        what = f"ran without {key}" if got is None else f"ran with {key}={set_text(got)}"
+        published_value = set_text(service[key]) if key in service else None
+        if allowed != {published_value}:  # the published table of this defense sets it
+            options = " or ".join(sorted(v or "the profile's default" for v in allowed))
+            found.append(f"protocol: {what}, but the published file runs {cell['defense']} with {key}: {options}; "
+                         f"keep {key} as the published table of {cell['defense']} sets it")
+        elif key in service:
+            found.append(f"protocol: {what}, but the published [service] sets {key}={published_value} for every "
+                         f"defense whose service customizes the encoder; remove {key} from your defense's table")
+        else:
+            found.append(f"protocol: {what}, but the published [service] does not set {key}, so every defense whose "
+                         f"service customizes the encoder runs the profile's default; remove {key} from your "
+                         "defense's table")
     return found
 
 
@@ -225,5 +268,5 @@ def _config_changes(got: dict[str, Any], want: dict[str, Any]) -> str:
     return "; ".join(f"{k}: {got.get(k)!r} (published {want.get(k)!r})" for k in keys)
 
 
-__all__ = ["Published", "SIGNATURE_FIXES", "check_installed", "expected_cell", "read_published", "refusals",
-           "same_result"]
+__all__ = ["Published", "SIGNATURE_FIXES", "check_installed", "configuration_refusal", "expected_cell",
+           "read_published", "refusals", "same_result", "service_parameters"]

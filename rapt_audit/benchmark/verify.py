@@ -15,10 +15,12 @@ comparers (:mod:`rapt_audit.reporting.check`), in both directions: a measure dif
 paired-bootstrap interval of submitted − re-run, over the shared records, lies wholly beyond ±0.001 (it
 excludes 0), or, for a measure without per-record outcomes, when the two values are further apart than
 1.96·sqrt(se₁² + se₂²) + 0.005. A re-run that reproduces every per-record outcome must reproduce the
-submitted interval too (it is computed from them with the run's seed). Why paired, and not "each point
-inside the other's interval": the record-sampling noise each interval describes is shared by the two
-runs and cancels; what is left is how the records were scored. Unchanged code on the same kind of device
-reproduces every outcome, while an edit that moves a headline by a point or two, well inside its own
+submitted interval too (it is computed from them with the run's seed), and a submission must keep every
+measure and per-record outcome its re-run keeps: one left out would escape the comparison or fall back to
+the weaker unpaired test, so it differs (``missing``, or ``outcomes``: "per-record outcomes removed"). Why
+paired, and not "each point inside the other's interval": the record-sampling noise each interval describes
+is shared by the two runs and cancels; what is left is how the records were scored. Unchanged code on the
+same kind of device reproduces every outcome, while an edit that moves a headline by a point or two, well inside its own
 interval (about ±3 points at 872 records, wider than many gaps on the leaderboard), is still caught; a
 changed per-record list that moves no headline is within noise by design. The price: training that does
 not reproduce across kinds of device can move a CPU re-run of a GPU submission, so the table names both
@@ -38,16 +40,17 @@ import shutil
 import tempfile
 import zlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.errors import DataError, ResultError, UsageError
 from rapt_audit.api.files import package_code_digest
-from rapt_audit.api.types import AttackResult
+from rapt_audit.api.types import AttackResult, Estimate
 from rapt_audit.benchmark.admit import (
     Published,
     check_installed,
+    configuration_refusal,
     expected_cell,
     read_published,
     refusals,
@@ -126,14 +129,21 @@ def matches(cell: dict[str, Any], selectors: Sequence[str]) -> bool:
 
 def compare_headlines(submitted: RunResult, rerun: RunResult) -> list[Comparison]:
     """Every headline measure of ``submitted`` against its re-run, under the rule of the module docstring: the
-    utility metrics, then the regression gate's own comparisons of every attack (two-sided: any status but
-    ``ok`` differs), the attacks only the re-run measured, and intervals not reproduced from equal outcomes."""
+    utility metrics (those of either), then the regression gate's own comparisons of every attack (two-sided: any
+    status but ``ok`` differs), the attacks only the re-run measured, intervals not reproduced from equal
+    outcomes, and measures whose per-record outcomes the submission lacks where the re-run keeps them (without
+    them the comparison falls back to the weaker unpaired test and the interval goes unchecked: status
+    ``outcomes``)."""
+    rerun = RunResult.from_dict(rerun.to_dict())  # as its result file keeps it (the submission's only form)
     label = run_label(submitted)
     found = []
-    for metric, est in submitted.utility.items():
-        new = rerun.utility.get(metric)
+    for metric in dict.fromkeys([*submitted.utility, *rerun.utility]):
+        est, new = submitted.utility.get(metric), rerun.utility.get(metric)
         higher = METRICS.get(metric).higher_is_better if metric in METRICS else True
-        if new is None:
+        if est is None:
+            found.append(Comparison(label, "utility", metric, None, "measured by the re-run, not submitted",
+                                    math.nan, "missing"))
+        elif new is None:
             found.append(Comparison(label, "utility", metric, est, "not measured by the re-run", math.nan, "missing"))
         elif est.per_record is not None and new.per_record is not None:
             status, lower = compare_paired(est, new, higher_is_better=higher,
@@ -144,12 +154,24 @@ def compare_headlines(submitted: RunResult, rerun: RunResult) -> list[Comparison
             found.append(Comparison(label, "utility", metric, est, new, allowed, status))
     found += compare_runs(submitted, rerun)
     for name, outcome in rerun.attacks.items():
-        if isinstance(outcome, AttackResult) and not isinstance(submitted.attacks.get(name), AttackResult):
-            found.append(Comparison(label, name, "empirical_privacy", None, "measured by the re-run, not submitted",
-                                    math.nan, "missing"))
+        mine = submitted.attacks.get(name)
+        if not isinstance(outcome, AttackResult):
+            continue
+        dropped = (["empirical_privacy"] if not isinstance(mine, AttackResult) else
+                   [m for m in outcome.metrics if m not in mine.metrics and m in METRICS
+                    and METRICS.get(m).kind == "privacy"])  # a privacy measure compare_runs would compare
+        found += [Comparison(label, name, m, None, "measured by the re-run, not submitted", math.nan, "missing")
+                  for m in dropped]
     # Equal per-record outcomes give the equal interval (the bootstrap is seeded by the run): else it was edited.
-    return [Comparison(c.run, c.attack, c.metric, c.base, c.new, c.allowed, "interval", c.test, c.bound)
-            if c.status == "ok" and _same_outcomes(c) and not _same_interval(c) else c for c in found]
+    found = [replace(c, status="interval") if c.status == "ok" and _same_outcomes(c) and not _same_interval(c)
+             else c for c in found]
+    return [replace(c, status="outcomes") if _outcomes_removed(c) else c for c in found]
+
+
+def _outcomes_removed(c: Comparison) -> bool:
+    """The re-run keeps per-record outcomes of a measure the submission reports without them."""
+    return (c.base is not None and c.base.per_record is None and isinstance(c.new, Estimate)
+            and c.new.per_record is not None)
 
 
 def _same_outcomes(c: Comparison) -> bool:
@@ -166,6 +188,9 @@ def describe(c: Comparison) -> str:
     """One comparison that is not ``ok``, for the table: the measure, both values and the test."""
     measure = c.metric if c.attack == "utility" else (
         c.attack if c.metric == "empirical_privacy" else f"{c.attack} {c.metric}")
+    if c.status == "outcomes":
+        return (f"{measure}: per-record outcomes removed (the re-run keeps them; without them neither the paired "
+                "test nor the interval can be checked): send the result.json as the run wrote it")
     if c.status == "missing" or isinstance(c.new, str) or c.base is None or c.new is None:
         return f"{measure}: {c.new if isinstance(c.new, str) else 'measured in only one of the two'}"
     values = (f"{measure}: submitted {c.base.value:.4f} [{c.base.ci_low:.4f}, {c.base.ci_high:.4f}], re-run "
@@ -215,12 +240,16 @@ def verify(folder: str | Path, *, against: str | Path, sample: int | None = DEFA
     check_installed(own, sub.cells)
     rerun_dir = Path(scratch) if scratch else Path(tempfile.mkdtemp(prefix="rapt-audit-verify-"))
     try:
-        expected = {c["name"]: expected_cell(published, c, out=rerun_dir, data_dir=data_dir, device=device)
-                    for c in own}
+        expected: dict[str, BenchCell | None] = {}
         admitted = []
         for cell in own:
-            why = refusals(published, cell, sub.cells.get(cell["name"]), problems.get(cell["name"]),
-                           expected[cell["name"]])
+            try:  # a cell the published file cannot make is that cell's refusal, never the whole command's
+                expected[cell["name"]] = expected_cell(published, cell, out=rerun_dir, data_dir=data_dir,
+                                                       device=device)
+                why = refusals(published, cell, sub.cells.get(cell["name"]), problems.get(cell["name"]),
+                               expected[cell["name"]])
+            except (UsageError, DataError) as exc:
+                why = [configuration_refusal(exc)]
             if why:
                 verdicts.append(Verdict(cell, "refused", tuple(why)))
             else:
