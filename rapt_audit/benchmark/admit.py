@@ -42,6 +42,7 @@ from rapt_audit.benchmark.plan import BenchCell, plan_cells
 from rapt_audit.benchmark.run import COPY_FILE
 from rapt_audit.benchmark.spec import Benchmark, DefenseGrid, set_text, shipped_dir
 from rapt_audit.benchmark.validate import SERVICE_MARKER, load_benchmark
+from rapt_audit.pipeline.config import measured_settings
 from rapt_audit.pipeline.results import RunResult, signature_fields
 from rapt_audit.reporting.check import signature_changes
 
@@ -57,8 +58,6 @@ SIGNATURE_FIXES = {
     "plugins": "run it with the third-party attacks, at the versions, of the published cells",
     "v": "run it with the rapt-audit version the benchmark was published with",
 }
-#: Configuration keys that never change a number (``RunConfig.cell_id`` leaves them out too).
-_NOT_MEASURED = {"out", "force", "device", "data_dir", "release_cache"}
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ def same_result(a: RunResult, b: RunResult) -> bool:
     data folder aside)."""
     def measured(r: RunResult) -> dict[str, Any]:
         doc = r.to_dict()
-        return {**doc, "config": {k: v for k, v in doc["config"].items() if k not in _NOT_MEASURED}}
+        return {**doc, "config": measured_settings(doc["config"])}
 
     return measured(a) == measured(b)
 
@@ -264,7 +263,8 @@ def _protocol(published: Published, cell: dict[str, Any]) -> list[str]:
 
 def _config_changes(got: dict[str, Any], want: dict[str, Any]) -> str:
     """``attack_args: {...} (published {...})``: the measured configuration keys that differ."""
-    keys = [k for k in dict.fromkeys([*want, *got]) if k not in _NOT_MEASURED and got.get(k) != want.get(k)]
+    got, want = measured_settings(got), measured_settings(want)
+    keys = [k for k in dict.fromkeys([*want, *got]) if got.get(k) != want.get(k)]
     return "; ".join(f"{k}: {got.get(k)!r} (published {want.get(k)!r})" for k in keys)
 
 

@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import zlib
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -90,7 +90,6 @@ class Verification:
     sample_seed: int
     sampled: int
     published_copies: int = 0
-    notes: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -367,7 +366,7 @@ def format_verification(v: Verification) -> str:
     lines.append("noise rule: a measure differs when the paired 95 % interval of submitted − re-run excludes 0 "
                  "(same records, same seed), or without per-record outcomes when the values are further apart than "
                  "1.96·sqrt(se₁² + se₂²) + 0.005")
-    return "\n".join(lines + v.notes)
+    return "\n".join(lines)
 
 
 __all__ = ["DEFAULT_SAMPLE", "STATUSES", "Verdict", "Verification", "choose_sample", "compare_headlines", "describe",

@@ -132,10 +132,20 @@ class RunConfig:
         ``precision=auto`` is left out (it resolves per machine, as ``device`` does, and ids of results
         written before the setting existed stay the same); an explicit ``fp32`` or ``bf16`` is in.
         """
-        data = {k: v for k, v in self.to_dict().items()
-                if k not in {"out", "force", "device", "data_dir", "release_cache"}
-                and not (k == "precision" and v == "auto")}
+        data = measured_settings(self.to_dict())
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+
+
+#: Run settings that do not change a result: where it is written, whether it is redone, where it runs and
+#: what is read from caches. A cell's id leaves them out, and so does any comparison of two runs' settings.
+NOT_MEASURED = frozenset({"out", "force", "device", "data_dir", "release_cache"})
+
+
+def measured_settings(config: dict) -> dict:
+    """The settings of a run's ``config`` (as ``RunConfig.to_dict`` writes it) that change its result: all but
+    :data:`NOT_MEASURED`, and ``precision`` unless set explicitly (``auto`` resolves per machine, as ``device``
+    does, and ids of results written before the setting existed stay the same)."""
+    return {k: v for k, v in config.items() if k not in NOT_MEASURED and not (k == "precision" and v == "auto")}
 
 
 def _unknown_data_key(key: str) -> str:
