@@ -108,6 +108,8 @@ def test_a_cell_measured_otherwise_is_refused_naming_the_field_and_the_fix(tmp_p
 
 def test_an_honest_signature_is_admitted_and_a_changed_protocol_or_published_cell_refused(tmp_path, capsys):
     published, submission = _folders(tmp_path)
+    (copy,) = submission.glob("defense=identity*/result.json")  # provenance of the copy differs: the same cell
+    _edit(copy, env={**read_result(copy).env, "wall_time_s": 12345.0, "git_sha": "0" * 40})
     assert main(["benchmark", "verify", str(submission), "--against", str(published), "--sample", "0"]) == 0
     assert "1 unchecked" in capsys.readouterr().out
     # The contributor's own table changes what [service] sets for every defense; and a published copy is edited.
@@ -141,6 +143,8 @@ def test_the_sample_is_seeded_and_spread_over_the_defenses():
     first = choose_sample(cells, 2, seed=7)
     assert first == choose_sample(list(reversed(cells)), 2, seed=7)  # the draw depends on the seed alone
     assert {c["defense"] for c in first} == {"a", "b"}
+    draws = {tuple(c["name"] for c in choose_sample(cells, 2, seed=s)) for s in range(20)}
+    assert len(draws) > 5  # another seed, another draw: the sample is not the first cells of each defense
     assert len(choose_sample(cells, None, seed=1)) == 10
 
 

@@ -124,11 +124,12 @@ def _published_file(folder: Path, index: dict[str, Any]) -> Path:
 
 
 def same_result(a: RunResult, b: RunResult) -> bool:
-    """Whether two results of one cell are the same measurement (where the run wrote it and on which machine's
-    data folder aside)."""
+    """Whether two results of one cell are the same measurement: everything but its provenance (``env``: when,
+    where and how long it ran, which a maintainer's refreshed copy of an unchanged cell changes) and the
+    settings that do not change a result (where it was written, the machine's data folder)."""
     def measured(r: RunResult) -> dict[str, Any]:
         doc = r.to_dict()
-        return {**doc, "config": measured_settings(doc["config"])}
+        return {**{k: v for k, v in doc.items() if k != "env"}, "config": measured_settings(doc["config"])}
 
     return measured(a) == measured(b)
 
