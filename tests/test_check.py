@@ -15,6 +15,7 @@ from rapt_audit.cli import main
 from rapt_audit.reporting.check import (
     BASELINE_SCHEMA,
     compare_estimates,
+    compare_measure,
     compare_paired,
     gate,
     read_baseline,
@@ -235,6 +236,24 @@ def test_paired_drop_is_zero_on_identical_records_and_sees_a_consistent_small_dr
     mixed[up] += 1
     mixed[down] -= 1
     assert compare_paired(same, _ratio(mixed.tolist(), den.tolist()), higher_is_better=True)[0] == "ok"
+
+
+def test_one_comparison_serves_the_gate_and_verify_and_refuses_fewer_records_unpaired():
+    """``compare_measure`` is the comparison the gate and ``benchmark verify`` (its utility metrics) share."""
+    from rapt_audit.benchmark.verify import compare_headlines
+
+    base = Estimate(0.80, 0.75, 0.85, 100, "bootstrap-percentile")
+    fewer = Estimate(0.80, 0.70, 0.90, 60, "bootstrap-percentile")  # the same value on fewer records
+    same_size = Estimate(0.79, 0.74, 0.84, 100, "bootstrap-percentile")
+    assert compare_measure("c", "utility", "accuracy", base, fewer, higher_is_better=True, seed_key="k").status == \
+        "records"
+    assert compare_measure("c", "utility", "accuracy", base, same_size, higher_is_better=True,
+                           seed_key="k").status == "ok"
+    # verify's utility comparison had a copy of this loop without the check: a re-run on fewer records passed.
+    submitted = fake_result()
+    rerun = replace(submitted, utility={"accuracy": replace(submitted.utility["accuracy"], n=40)})
+    status = {c.metric: c.status for c in compare_headlines(submitted, rerun) if c.attack == "utility"}
+    assert status == {"accuracy": "records"}
 
 
 def _ci_baseline_runs():

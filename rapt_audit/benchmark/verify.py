@@ -38,7 +38,6 @@ import random
 import secrets
 import shutil
 import tempfile
-import zlib
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -61,7 +60,7 @@ from rapt_audit.benchmark.plan import BenchCell
 from rapt_audit.pipeline.results import RunResult
 from rapt_audit.pipeline.sweep import Axis, CellsFailed, Executor, run_sweep
 from rapt_audit.reporting.baseline import run_label
-from rapt_audit.reporting.check import Comparison, compare_estimates, compare_paired, compare_runs, signature_diff
+from rapt_audit.reporting.check import Comparison, compare_measure, compare_runs, signature_diff
 from rapt_audit.scoring.metrics import METRICS
 
 #: Re-runs when ``--sample`` is not given: a few cells, as each costs what the contributor's run of it did.
@@ -144,13 +143,9 @@ def compare_headlines(submitted: RunResult, rerun: RunResult) -> list[Comparison
                                     math.nan, "missing"))
         elif new is None:
             found.append(Comparison(label, "utility", metric, est, "not measured by the re-run", math.nan, "missing"))
-        elif est.per_record is not None and new.per_record is not None:
-            status, lower = compare_paired(est, new, higher_is_better=higher,
-                                           seed=zlib.crc32(f"{submitted.cell_id}|utility|{metric}".encode("utf-8")))
-            found.append(Comparison(label, "utility", metric, est, new, 0.0, status, "paired", lower))
         else:
-            status, allowed = compare_estimates(est, new, higher_is_better=higher)
-            found.append(Comparison(label, "utility", metric, est, new, allowed, status))
+            found.append(compare_measure(label, "utility", metric, est, new, higher_is_better=higher,
+                                         seed_key=f"{submitted.cell_id}|utility|{metric}"))
     found += compare_runs(submitted, rerun)
     for name, outcome in rerun.attacks.items():
         mine = submitted.attacks.get(name)

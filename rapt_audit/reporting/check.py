@@ -131,10 +131,25 @@ def _privacy_measures(outcome: Any) -> dict[str, tuple[Estimate, bool]]:
     return measures
 
 
+def compare_measure(label: str, attack: str, metric: str, est: Estimate, new_est: Estimate, *, higher_is_better: bool,
+                    seed_key: str, z: float = DEFAULT_Z, tolerance: float = DEFAULT_TOLERANCE,
+                    paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE) -> Comparison:
+    """One measure of one cell, ``new_est`` against ``est``: paired where both keep per-record outcomes (the
+    bootstrap seeded by ``seed_key``, so a comparison is repeatable), else unpaired; a new estimate over fewer
+    records is status ``records`` (a weaker check, never a wider interval)."""
+    if est.per_record is not None and new_est.per_record is not None:
+        status, lower = compare_paired(est, new_est, higher_is_better=higher_is_better, z=z,
+                                       tolerance=paired_tolerance, seed=zlib.crc32(seed_key.encode("utf-8")))
+        return Comparison(label, attack, metric, est, new_est, paired_tolerance, status, "paired", lower)
+    if new_est.n < est.n:
+        return Comparison(label, attack, metric, est, new_est, math.nan, "records")
+    status, allowed = compare_estimates(est, new_est, higher_is_better=higher_is_better, z=z, tolerance=tolerance)
+    return Comparison(label, attack, metric, est, new_est, allowed, status)
+
+
 def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z, tolerance: float = DEFAULT_TOLERANCE,
                  paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE) -> list[Comparison]:
-    """Every privacy comparison of ``new`` against ``base`` (same cell): paired where both keep
-    per-record outcomes, unpaired otherwise."""
+    """Every privacy comparison of ``new`` against ``base`` (same cell), each by :func:`compare_measure`."""
     out = []
     label = run_label(base)
     for attack, outcome in base.attacks.items():
@@ -153,17 +168,9 @@ def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z, toler
             if new_est is None:
                 out.append(Comparison(label, attack, metric, est, "not reported", math.nan, "missing"))
                 continue
-            if est.per_record is not None and new_est.per_record is not None:
-                seed = zlib.crc32(f"{base.cell_id}|{attack}|{metric}".encode("utf-8"))
-                status, lower = compare_paired(est, new_est, higher_is_better=higher, z=z,
-                                               tolerance=paired_tolerance, seed=seed)
-                out.append(Comparison(label, attack, metric, est, new_est, paired_tolerance, status, "paired", lower))
-                continue
-            if new_est.n < est.n:  # fewer records is a weaker check, never a wider interval
-                out.append(Comparison(label, attack, metric, est, new_est, math.nan, "records"))
-                continue
-            status, allowed = compare_estimates(est, new_est, higher_is_better=higher, z=z, tolerance=tolerance)
-            out.append(Comparison(label, attack, metric, est, new_est, allowed, status))
+            out.append(compare_measure(label, attack, metric, est, new_est, higher_is_better=higher,
+                                       seed_key=f"{base.cell_id}|{attack}|{metric}", z=z, tolerance=tolerance,
+                                       paired_tolerance=paired_tolerance))
     return out
 
 
@@ -331,5 +338,5 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["BASELINE_SCHEMA", "Comparison", "add_parser", "cmd_check", "compare_estimates", "compare_paired",
-           "compare_runs", "gate", "read_baseline", "run_label", "standard_error", "write_baseline"]
+__all__ = ["BASELINE_SCHEMA", "Comparison", "add_parser", "cmd_check", "compare_estimates", "compare_measure",
+           "compare_paired", "compare_runs", "gate", "read_baseline", "run_label", "standard_error", "write_baseline"]
