@@ -54,6 +54,32 @@ def _slow_unless_seed_zero(config):
     return runner.compute(config)
 
 
+def _after_seed_zero(config) -> None:
+    """Cell seed=1 waits until this command has written seed=0, so seed=0 is the first cell to end."""
+    if config.seed == 1:
+        written, give_up = Path(config.out).parent / "seed=0" / "result.json", time.monotonic() + 60
+        while not written.is_file() and time.monotonic() < give_up:
+            time.sleep(0.02)
+
+
+def _seed_one_last(config):
+    _after_seed_zero(config)
+    return runner.compute(config)
+
+
+def _seed_one_last_and_failing(config):
+    _after_seed_zero(config)
+    if config.seed == 1:
+        raise DataError("seed=1 cannot be read (test failure)")
+    return runner.compute(config)
+
+
+def _only_seed_two(config):
+    if config.seed != 2:
+        raise AssertionError(f"cell seed={config.seed} was finished and ran again")
+    return runner.compute(config)
+
+
 def _die_once(config):
     """Cell seed=1's first attempt kills its own worker (SIGKILL, as the OOM killer would)."""
     marker = Path(config.out).parent / f"killed-seed={config.seed}"
@@ -61,6 +87,12 @@ def _die_once(config):
         marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)
     return runner.compute(config)
+
+
+def _clock(out: Path):
+    """The test's clock: 100 s per ``result.json`` written in ``out``, so a cell takes, as the command times it from
+    its start to its write, 100 s for each cell written meanwhile (itself included)."""
+    return lambda: 100.0 * len(list(out.glob("*/result.json")))
 
 
 # ---------------------------------------------------------------- tests
@@ -137,9 +169,88 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_finished_cells(tmp_path):
     (["--jobs", "0", "--sweep", "seed=0"], "--jobs must be a whole number >= 1"),
     (["--jobs", "2"], "--jobs runs the cells of a sweep side by side"),
     (["--jobs", "2", "--sweep", "seed=0", "--executor", "ray"], "--jobs applies to sweeps on this machine"),
-    (["--jobs", "2", "--sweep", "seed=0", "--time-budget", "60"], "drop --executor ray / --jobs"),
 ])
 def test_jobs_out_of_place_are_usage_errors(extra, message, tmp_path, capsys):
     assert main([*IDENTITY, *extra, "--out", str(tmp_path / "x")]) == 2
     assert message in capsys.readouterr().err
     assert not list((tmp_path / "x").glob("*/result.json"))
+
+
+# ---------------------------------------------------------------- time budget with --jobs
+
+
+def test_time_budget_with_jobs_lets_the_running_cells_finish_and_the_same_command_goes_on(tmp_path, capsys):
+    """Two cells start side by side (none has finished to judge by); once one has taken longer than the 1 ms left,
+    the third does not start, the second finishes and is written, and the command exits 75. It used to be
+    refused (exit 2) before any cell ran."""
+    out = tmp_path / "sw"
+    argv = [*IDENTITY, "--sweep", "seed=0,1,2", "--jobs", "2", "--out", str(out)]
+    assert main([*argv, "--time-budget", "0.001"]) == sweep.BudgetSpent.EXIT_CODE
+    captured = capsys.readouterr()
+    assert "the 1 cell left was not started; 2 finished in" in captured.err
+    assert "seed=0" in captured.out and "seed=1" in captured.out  # the finished cells' table
+    assert statuses(out) == ["complete", "complete", "pending"] and sorted(docs(out)) == ["seed=0", "seed=1"]
+    assert not (out / "seed=2").exists() and not list(out.rglob(LOCK_FILE))
+    written = {k: (out / k / "result.json").read_bytes() for k in ("seed=0", "seed=1")}
+    assert main([*argv, "--time-budget", "3600"]) == 0
+    assert statuses(out) == ["complete"] * 3
+    assert all((out / k / "result.json").read_bytes() == v for k, v in written.items())
+
+
+@pytest.mark.parametrize(("budget", "started"), [(150, ["seed=0", "seed=1"]), (250, ["seed=0", "seed=1", "seed=2"])])
+def test_time_budget_with_jobs_starts_a_cell_only_while_the_longest_so_far_fits(budget, started, tmp_path):
+    """seed=0 and seed=1 start at 0 s; seed=0 is written first, at 100 s, having taken 100 s. With 150 s, the 50 s
+    left do not hold it: seed=2 stays pending, seed=1 finishes, BudgetSpent. With 250 s, 150 s do: all three run.
+
+    Then, resuming the 150 s sweep: the folder's cells (their own ``env.wall_time_s``) leave no room in 1 ms, so
+    nothing starts; with an hour, only seed=2 runs."""
+    out = tmp_path / "sw"
+    cells, axes = seed_cells(out)
+    executor = LocalExecutor(jobs=2, compute=_seed_one_last)
+    lines: list[str] = []
+    if len(started) == 3:
+        results = sweep.run_sweep(cells, out=out, axes=axes, executor=executor, time_budget=budget, clock=_clock(out))
+        assert [c.name for c, _ in results] == started and statuses(out) == ["complete"] * 3
+        return
+    with pytest.raises(sweep.BudgetSpent) as spent:
+        sweep.run_sweep(cells, out=out, axes=axes, log=lines.append, executor=executor, time_budget=budget,
+                        clock=_clock(out))
+    assert [c.name for c, _ in spent.value.results] == started and spent.value.pending == 1
+    assert "50 s left, and the longest cell so far took 100 s, so the 1 cell left was not started" in str(spent.value)
+    assert statuses(out) == ["complete", "complete", "pending"] and not (out / "seed=2").exists()
+    assert not list(out.rglob(LOCK_FILE))
+    assert any("no further cell starts (1 running, 1 left for the next call)" in line for line in lines), lines
+    written = {k: (out / k / "result.json").read_bytes() for k in started}
+
+    with pytest.raises(sweep.BudgetSpent) as spent:  # the real clock: 1 ms is less than any finished cell took
+        sweep.run_sweep(cells, out=out, axes=axes, executor=LocalExecutor(jobs=2, compute=_only_seed_two),
+                        time_budget=0.001)
+    assert spent.value.pending == 1 and not (out / "seed=2").exists()
+
+    results = sweep.run_sweep(cells, out=out, axes=axes, executor=LocalExecutor(jobs=2, compute=_only_seed_two),
+                              time_budget=3600, clock=_clock(out))
+    assert [c.name for c, _ in results] == ["seed=0", "seed=1", "seed=2"] and statuses(out) == ["complete"] * 3
+    assert all((out / k / "result.json").read_bytes() == v for k, v in written.items())
+
+
+@pytest.mark.parametrize("budget", [150, 250])
+def test_a_spent_budget_wins_over_failed_cells_and_lists_them(budget, tmp_path):
+    """seed=1 fails after seed=0 was written (at 100 s). With 150 s seed=2 is left pending: BudgetSpent (exit 75,
+    "the same command goes on"), naming the failed cell, which that command runs again. With 250 s seed=2 runs
+    and nothing is left pending: CellsFailed (exit 2), as without a budget."""
+    out = tmp_path / "sw"
+    cells, axes = seed_cells(out)
+    executor = LocalExecutor(jobs=2, compute=_seed_one_last_and_failing)
+    if budget == 250:
+        with pytest.raises(sweep.CellsFailed) as failed:
+            sweep.run_sweep(cells, out=out, axes=axes, executor=executor, time_budget=budget, clock=_clock(out))
+        assert [c.name for c, _ in failed.value.failures] == ["seed=1"]
+        assert statuses(out) == ["complete", "failed", "complete"]
+        return
+    with pytest.raises(sweep.BudgetSpent) as spent:
+        sweep.run_sweep(cells, out=out, axes=axes, executor=executor, time_budget=budget, clock=_clock(out))
+    assert [c.name for c, _ in spent.value.results] == ["seed=0"] and spent.value.pending == 1
+    assert [c.name for c, _ in spent.value.failures] == ["seed=1"]
+    assert "1 cell failed (marked in sweep.json; that command runs it again):\n  seed=1: DataError: seed=1 cannot " \
+        "be read" in str(spent.value)
+    assert statuses(out) == ["complete", "failed", "pending"] and sorted(docs(out)) == ["seed=0"]

@@ -193,6 +193,19 @@ def test_a_failing_cell_is_reported_and_the_others_are_kept(ray_local, tmp_path,
     assert _statuses(out) == ["complete"] * 3
 
 
+def test_a_time_budget_on_ray_lets_the_running_tasks_finish_and_the_same_command_goes_on(ray_local, tmp_path, capsys):
+    """The 2-CPU instance runs two tasks at once; once one has taken longer than the 1 ms left, the third is not
+    submitted, the other finishes and is written, and the command exits 75; an hour then runs only the third."""
+    out = tmp_path / "sw"
+    assert main([*RUN, *GRID, *RAY, "--time-budget", "0.001", "--out", str(out)]) == sweep.BudgetSpent.EXIT_CODE
+    assert "the 1 cell left was not started; 2 finished in" in capsys.readouterr().err
+    assert _statuses(out) == ["complete", "complete", "pending"] and not (out / "seed=2").exists()
+    written = {k: (out / k / "result.json").read_bytes() for k in ("seed=0", "seed=1")}
+    assert main([*RUN, *GRID, *RAY, "--time-budget", "3600", "--out", str(out)]) == 0
+    assert _statuses(out) == ["complete"] * 3
+    assert all((out / k / "result.json").read_bytes() == v for k, v in written.items())
+
+
 def test_the_driver_refuses_a_result_computed_on_other_data(ray_local, tmp_path):
     out = tmp_path / "sw"
     cells, axes = _cells(out)

@@ -1,7 +1,7 @@
 """Running a benchmark: its cells through the sweep machinery, and the index that says what they are.
 
 There is one implementation of running cells: :func:`rapt_audit.pipeline.sweep.run_sweep` (in this
-process with ``--time-budget``, in worker processes with ``--jobs N``, on Ray with ``--executor ray``).
+process, in worker processes with ``--jobs N`` or on Ray with ``--executor ray``; each under ``--time-budget``).
 It checks every cell before any work, reuses the cells whose folder holds their exact run, and writes
 ``sweep.json`` as cells finish. What a benchmark adds is ``benchmark.json``, the index: the file's
 sha256 and its text's parse (tasks, the dataset of each attack family, the service protocol, the

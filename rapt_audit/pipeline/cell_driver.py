@@ -8,7 +8,11 @@ process: it reuses the cells found complete, starts as many cells as the workers
 and queues the rest, holds each started cell's directory lock from its start to its write,
 validates each returned document (schema, cell id, the data the check saw) and writes
 ``<cell>/result.json``, marks ``sweep.json`` as cells finish, and raises
-:class:`~rapt_audit.pipeline.sweep.CellsFailed` after the last cell when some failed. Subclasses
+:class:`~rapt_audit.pipeline.sweep.CellsFailed` after the last cell when some failed. Under a time
+budget it starts a queued cell only while the longest cell so far fits in what is left
+(:func:`~rapt_audit.pipeline.sweep.budget_spent`, the in-process sweep's rule); once one does not,
+it starts none, lets the running cells finish and be written, and raises
+:class:`~rapt_audit.pipeline.sweep.BudgetSpent` with the rest pending. Subclasses
 say only how a cell is started, waited for and read back (:meth:`CellDriver.start`,
 :meth:`~CellDriver.wait`, :meth:`~CellDriver.outcome`), and how many run at once.
 """
@@ -30,7 +34,8 @@ from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, write_result
-from rapt_audit.pipeline.sweep import Cell, CellsFailed, Log, SweepIndex
+from rapt_audit.pipeline.sweep import (BudgetSpent, Cell, CellsFailed, Log, SweepIndex, budget_spent,
+                                       longest_finished)
 
 
 class CellError(Exception):
@@ -90,8 +95,15 @@ class CellDriver:
     max_retries = 0
 
     def __init__(self, cells: Sequence[Cell], index: SweepIndex, log: Log,
-                 compute: Callable[[RunConfig], RunResult] | None) -> None:
+                 compute: Callable[[RunConfig], RunResult] | None, *,
+                 deadline: tuple[float, float] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        """``deadline``: ``(start, budget)`` on ``clock``, the sweep's time budget (``None``: none); cells are timed
+        on ``clock`` too, from their start to their write, so that they are judged on the budget's clock."""
         self.cells, self.index, self.log = list(cells), index, log
+        self.deadline, self.clock = deadline, clock
+        self.longest = longest_finished(index)
+        #: ``(longest, left)`` when the budget stopped new cells: the longest cell then, and the seconds left.
+        self.spent: tuple[float, float] | None = None
         self.number = {c.name: i for i, c in enumerate(self.cells, 1)}
         self.results: dict[str, RunResult] = {}
         self.failures: dict[str, str] = {}
@@ -135,6 +147,8 @@ class CellDriver:
 
     def counts(self) -> str:
         """``2 running, 3 queued, about 5 min left``."""
+        if self.spent is not None:
+            return f"{len(self.running)} running, {len(self.queue)} left for the next call"
         text = f"{len(self.running)} running, {len(self.queue)} queued"
         if self.durations and (self.running or self.queue):
             mean = sum(self.durations) / len(self.durations)
@@ -146,15 +160,18 @@ class CellDriver:
         """Run every pending cell and write each result; return all results in grid order.
 
         Raises:
-            CellsFailed: after every cell ended, when some failed (the others are written).
+            BudgetSpent: after the running cells ended, when the time budget left cells unstarted
+                (those that finished are written; failed ones are listed in it, not raised apart).
+            CellsFailed: after every cell ended, when some failed and none was left pending (the others
+                are written).
         """
-        clock = time.perf_counter()
+        begun = self.clock()
         for cell in self.cells:
             if self.index.status[cell.name] == "complete":
                 self.results[cell.name] = reuse(cell, self.index, self.log,
                                                 f"{self.number[cell.name]}/{len(self.cells)}")
         try:
-            while self.queue or self.running:
+            while self.running or (self.queue and self.spent is None):
                 self.submit()
                 if self.running:
                     for handle in self.wait():
@@ -165,18 +182,32 @@ class CellDriver:
         finally:
             for _, _, lock in self.running.values():
                 lock.close()  # an unwritten cell's new, empty directory goes with its lock
-        self.log(f"sweep {self.where}: {self.ran} cells run, {len(self.cells) - self.ran - len(self.failures)} "
-                 f"reused, {len(self.failures)} failed, in {duration(time.perf_counter() - clock)}")
+        left = f"{len(self.queue)} left pending, " if self.queue else ""
+        self.log(f"sweep {self.where}: {self.ran} cells run, {len(self.results) - self.ran} reused, "
+                 f"{len(self.failures)} failed, {left}in {duration(self.clock() - begun)}")
         done = [(c, self.results[c.name]) for c in self.cells if c.name in self.results]
-        if self.failures:
-            raise CellsFailed(out=self.index.out, total=len(self.cells), results=done,
-                              failures=[(c, self.failures[c.name]) for c in self.cells if c.name in self.failures])
+        failures = [(c, self.failures[c.name]) for c in self.cells if c.name in self.failures]
+        if self.spent is not None and self.queue:  # pending cells first: the same command goes on (and retries)
+            raise BudgetSpent(out=self.index.out, results=done, pending=len(self.queue), needed=self.spent[0],
+                              left=self.spent[1], budget=self.deadline[1], failures=failures)
+        if failures:
+            raise CellsFailed(out=self.index.out, total=len(self.cells), results=done, failures=failures)
         return done
 
+    def out_of_time(self) -> bool:
+        """Whether the time budget stops new cells: once the longest cell so far does not fit, none starts again."""
+        if self.spent is None:
+            left = budget_spent(self.deadline, self.longest, self.clock)
+            if left is not None:
+                self.spent = (self.longest, left)
+                self.log(f"time budget: {max(left, 0.0):.0f} s left and the longest cell so far took "
+                         f"{self.longest:.0f} s, so no further cell starts ({self.counts()})")
+        return self.spent is not None
+
     def submit(self) -> None:
-        """Start queued cells while there is room, each under its directory's lock."""
+        """Start queued cells while there is room (and time, under a budget), each under its directory's lock."""
         limit = self.capacity()
-        while self.queue and len(self.running) < limit:
+        while self.queue and len(self.running) < limit and not self.out_of_time():
             cell = self.queue.popleft()
             lock = ExitStack()
             try:
@@ -185,10 +216,10 @@ class CellDriver:
                 remove_stray_temps(cell.config.out, RESULT_FILE)  # left by a killed command; never read
                 existing = audit_runner.check_out_dir(Path(cell.config.out), cell.config)
                 if existing is None or cell.config.force:
-                    self.running[self.start(cell)] = (cell, time.perf_counter(), lock)
+                    self.running[self.start(cell)] = (cell, self.clock(), lock)
             except RaptAuditError as exc:  # another process took the directory since the check
                 lock.close()
-                self.fail(cell, f"{type(exc).__name__}: {exc}", time.perf_counter())
+                self.fail(cell, f"{type(exc).__name__}: {exc}", self.clock())
                 continue
             except BaseException:
                 lock.close()
@@ -219,8 +250,9 @@ class CellDriver:
             except RaptAuditError as exc:  # the document failed the checks
                 self.fail(cell, f"{type(exc).__name__}: {exc}", started)
                 return
-        elapsed = time.perf_counter() - started
+        elapsed = self.clock() - started  # after the write: a cell costs the budget until its result is safe
         self.durations.append(elapsed)
+        self.longest = max(self.longest or 0.0, elapsed)
         self.ran += 1
         self.results[cell.name] = result
         self.index.mark(cell, "complete")
@@ -230,7 +262,7 @@ class CellDriver:
         """Mark a cell failed in ``sweep.json``; the sweep goes on and lists it at the end."""
         self.failures[cell.name] = error
         self.index.mark(cell, "failed", error)
-        self.say(cell, f"FAILED after {duration(time.perf_counter() - started)}: {error} ({self.counts()})")
+        self.say(cell, f"FAILED after {duration(self.clock() - started)}: {error} ({self.counts()})")
 
     def accept(self, cell: Cell, doc: Any) -> RunResult:
         """Validate a worker's result document and write it (the caller holds the cell's lock)."""

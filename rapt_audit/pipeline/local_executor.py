@@ -13,13 +13,16 @@ return result documents that this process checks and writes under each cell's lo
 fails is marked ``failed`` while the others go on and the sweep then raises
 :class:`~rapt_audit.pipeline.sweep.CellsFailed`, and ``Ctrl-C`` stops the workers and keeps the
 finished cells. A worker that dies (killed, out of memory) breaks the pool: the cells it was
-running with are run again once, in a fresh pool.
+running with are run again once, in a fresh pool. Under ``--time-budget`` a cell starts only while
+the longest cell so far, timed side by side with the others, fits in what is left; once one does
+not, the running cells finish and are written and the rest stay pending for the next call.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import signal
+import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -62,12 +65,15 @@ class LocalExecutor:
         """The threads each of ``workers`` processes computes with: its share of the cores."""
         return cell_threads(self.cores or available_cores(), workers)
 
-    def run_cells(self, cells: Sequence[Cell], *, index: SweepIndex, log: Log) -> list[tuple[Cell, RunResult]]:
+    def run_cells(self, cells: Sequence[Cell], *, index: SweepIndex, log: Log,
+                  deadline: tuple[float, float] | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> list[tuple[Cell, RunResult]]:
         """Run the pending cells of a checked sweep in worker processes.
 
-        See :class:`~rapt_audit.pipeline.sweep.Executor`.
+        See :class:`~rapt_audit.pipeline.sweep.Executor` (``deadline``, ``clock``: its time budget).
 
         Raises:
+            BudgetSpent: after the running cells ended, when the time budget left cells unstarted.
             CellsFailed: after every cell ended, when some failed (the others are written).
         """
         pending = sum(index.status[c.name] == "pending" for c in cells)
@@ -76,7 +82,7 @@ class LocalExecutor:
         if pending:
             log(f"{workers} worker process{'es' if workers > 1 else ''} on this machine, computing with "
                 f"{threads} thread{'s' if threads > 1 else ''} each")
-        driver = _Driver(self, cells, index, log, workers=workers, threads=threads)
+        driver = _Driver(self, cells, index, log, workers=workers, threads=threads, deadline=deadline, clock=clock)
         try:
             return driver.run()
         finally:
@@ -99,8 +105,9 @@ class _Driver(CellDriver):
     worker = "its worker process"
 
     def __init__(self, executor: LocalExecutor, cells: Sequence[Cell], index: SweepIndex, log: Log, *,
-                 workers: int, threads: int) -> None:
-        super().__init__(cells, index, log, executor.compute)
+                 workers: int, threads: int, deadline: tuple[float, float] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(cells, index, log, executor.compute, deadline=deadline, clock=clock)
         self.workers, self.threads = workers, threads
         self.max_retries = executor.max_retries
         self.where = f"in {workers} processes"

@@ -19,6 +19,9 @@ Ray runs the task again (``max_retries``); an exception raised by the run (a ``D
 is not retried: the cell is marked ``failed`` in ``sweep.json`` and the other cells go on. After the
 last cell the sweep raises :class:`~rapt_audit.pipeline.sweep.CellsFailed` listing the failed cells.
 ``Ctrl-C`` cancels the running tasks and keeps the finished cells, as an in-process sweep does.
+``--time-budget`` submits a cell only while the longest cell so far (timed by the driver, submit
+to write) fits in what is left; once one does not, the running tasks finish and are written and the
+rest stay pending for the next call.
 
 Ray is an optional extra (``pip install 'rapt-audit[ray]'``), imported only when a Ray sweep runs.
 """
@@ -30,6 +33,7 @@ import math
 import os
 import signal
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -135,11 +139,16 @@ class RayExecutor:
         if self.address is not None:
             probe_address(self.address)
 
-    def run_cells(self, cells: Sequence[Cell], *, index: SweepIndex, log: Log) -> list[tuple[Cell, RunResult]]:
+    def run_cells(self, cells: Sequence[Cell], *, index: SweepIndex, log: Log,
+                  deadline: tuple[float, float] | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> list[tuple[Cell, RunResult]]:
         """Run the pending cells of a checked sweep on Ray; see :class:`~rapt_audit.pipeline.sweep.Executor`.
+
+        ``deadline`` and ``clock`` are the sweep's time budget (:class:`~rapt_audit.pipeline.cell_driver.CellDriver`).
 
         Raises:
             UsageError: when Ray is missing, the cluster is unreachable, or no node can run a cell.
+            BudgetSpent: after the running cells ended, when the time budget left cells unstarted.
             CellsFailed: after every cell ended, when some failed (the others are written).
         """
         pending = [c for c in cells if index.status[c.name] == "pending"]
@@ -152,7 +161,7 @@ class RayExecutor:
         ray = import_ray()
         started_here = self._connect(ray, log)
         try:
-            return _Driver(self, ray, cells, index, log, owns_ray=started_here).run()
+            return _Driver(self, ray, cells, index, log, owns_ray=started_here, deadline=deadline, clock=clock).run()
         finally:
             if started_here:
                 ray.shutdown()
@@ -208,8 +217,9 @@ class _Driver(CellDriver):
     worker = "its Ray worker"
 
     def __init__(self, executor: RayExecutor, ray: Any, cells: Sequence[Cell], index: SweepIndex, log: Log, *,
-                 owns_ray: bool) -> None:
-        super().__init__(cells, index, log, executor.compute)
+                 owns_ray: bool, deadline: tuple[float, float] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(cells, index, log, executor.compute, deadline=deadline, clock=clock)
         self.ex, self.ray, self.owns_ray = executor, ray, owns_ray
         self.warned = False
         self.threads = executor.threads()

@@ -9,12 +9,15 @@ so an interrupted sweep resumes where it stopped and loses nothing. ``<out>/swee
 the cells and is rewritten (atomically) after every cell. One process at a time: the sweep holds
 the lock of ``<out>`` and each running cell that of its own directory.
 
-With a time budget (``--time-budget SECONDS``) an in-process sweep starts a cell only while the
-longest cell seen so far (run here, or its ``env.wall_time_s`` when it was finished before) still
-fits in what is left (the first cell always starts when none has finished yet), and otherwise
-stops with :class:`BudgetSpent`, its remaining cells pending:
-a machine lent for a limited time (a batch job's wall clock, a GPU call capped at minutes) ends
-between cells rather than in one, and the same command run again goes on from there.
+With a time budget (``--time-budget SECONDS``) a sweep starts a cell only while the longest cell
+seen so far (run here, or its ``env.wall_time_s`` when it was finished before) still fits in what
+is left (:func:`budget_spent`; cells start freely while none has finished yet), and otherwise
+starts no further cell and stops with :class:`BudgetSpent`, its remaining cells pending: a machine
+lent for a limited time (a batch job's wall clock, a GPU call capped at minutes) ends between cells
+rather than in one, and the same command run again goes on from there. The rule is the same for
+every executor: with ``--jobs N`` or on Ray the cells already running when the budget stops new
+ones finish and are written first, and a cell's time is measured side by side with the others
+(start to write, as the command sees it), so it is judged by what it costs there.
 
 By default the cells run one after another in this process. An :class:`Executor` runs them
 elsewhere: :class:`~rapt_audit.pipeline.ray_executor.RayExecutor` (``--executor ray``) runs each cell
@@ -166,34 +169,77 @@ class CellsFailed(RaptAuditError):
 
 
 class BudgetSpent(RaptAuditError):
-    """An in-process sweep stopped before a cell that would not fit in its time budget.
+    """A sweep stopped before a cell that would not fit in its time budget (the cells running then finished).
+
+    Raised rather than :class:`CellsFailed` when cells also failed: the cells left pending are the
+    sweep's to run, so the command says "try again" (:attr:`EXIT_CODE`), and the failed cells,
+    marked ``failed`` in ``sweep.json`` and named here, run again in that next call.
 
     Attributes:
         results: ``(cell, result)`` of every finished cell, in grid order.
-        pending: How many cells are left to run.
+        pending: How many cells are left to run (not started; the failed ones not counted).
+        failures: ``(cell, error message)`` of the cells that failed in this call, in grid order.
     """
 
     #: The command's exit status: sysexits' EX_TEMPFAIL, "try again" (the same command goes on).
     EXIT_CODE = 75
 
     def __init__(self, *, out: Path, results: Sequence[tuple[Cell, RunResult]], pending: int, needed: float,
-                 left: float, budget: float) -> None:
-        self.results, self.pending = list(results), pending
+                 left: float, budget: float, failures: Sequence[tuple[Cell, str]] = ()) -> None:
+        self.results, self.pending, self.failures = list(results), pending, list(failures)
         cells = "1 cell" if pending == 1 else f"{pending} cells"
-        super().__init__(f"time budget of {budget:g} s: {max(left, 0.0):.0f} s left, and the longest cell so far "
-                         f"took {needed:.0f} s, so the {cells} left {'was' if pending == 1 else 'were'} not started; "
-                         f"{len(results)} finished in {out}, and the same command run again goes on from there")
+        message = (f"time budget of {budget:g} s: {max(left, 0.0):.0f} s left, and the longest cell so far "
+                   f"took {needed:.0f} s, so the {cells} left {'was' if pending == 1 else 'were'} not started; "
+                   f"{len(results)} finished in {out}, and the same command run again goes on from there")
+        if failures:
+            listed = "\n".join(f"  {cell.label}: {error}" for cell, error in failures)
+            message += (f"; {len(failures)} cell{'s' if len(failures) > 1 else ''} failed (marked in sweep.json; "
+                        f"that command runs {'them' if len(failures) > 1 else 'it'} again):\n{listed}")
+        super().__init__(message)
+
+
+def budget_spent(deadline: tuple[float, float] | None, longest: float | None,
+                 clock: Callable[[], float]) -> float | None:
+    """The seconds left of a time budget once a cell as long as ``longest`` no longer fits in them, else ``None``.
+
+    The one rule of every sweep, in this process or an executor's: the next cell starts only while
+    the longest cell so far fits in what is left. ``None`` (start it) also when there is no budget
+    or no finished cell to judge by yet.
+
+    Args:
+        deadline: ``(start, budget)``: the clock's reading when the sweep started and its budget in seconds.
+        longest: The longest cell so far in seconds (:func:`longest_finished`, then the cells run since).
+        clock: Where the time is read (the clock ``start`` came from).
+    """
+    if deadline is None or longest is None:
+        return None
+    left = deadline[1] - (clock() - deadline[0])
+    return left if longest > left else None
+
+
+def longest_finished(index: SweepIndex) -> float | None:
+    """The longest ``env.wall_time_s`` of the cells the check found complete (``None`` when there are none).
+
+    The longest cell so far estimates the next one: cells differ (identity trains less than RAPT),
+    and a cell started that does not fit is lost when the machine's time runs out.
+    """
+    return max((float(r.env.get("wall_time_s") or 0.0) for r in index.finished.values()), default=None)
 
 
 class Executor(Protocol):
     """Runs the pending cells of a checked sweep elsewhere than in this process (several at once, other machines)."""
 
-    def run_cells(self, cells: Sequence[Cell], *, index: SweepIndex, log: Log) -> list[tuple[Cell, RunResult]]:
+    def run_cells(self, cells: Sequence[Cell], *, index: SweepIndex, log: Log,
+                  deadline: tuple[float, float] | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> list[tuple[Cell, RunResult]]:
         """Run every cell whose ``index.status`` is ``pending`` and write its result; return all results.
 
         Must reuse the ``complete`` ones, write each cell's ``result.json`` atomically while holding
         its directory's lock, call ``index.mark`` as cells finish, raise :class:`CellsFailed` after
         the last cell when some failed, and leave finished cells in place on ``KeyboardInterrupt``.
+        With a ``deadline`` (``(start, budget)`` on ``clock``) it must start a cell only while
+        :func:`budget_spent` says it fits, and otherwise start none, let the running ones finish and
+        raise :class:`BudgetSpent` (rather than :class:`CellsFailed`) with the cells not started pending.
         """
         ...
 
@@ -260,7 +306,7 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
             failing cell is marked ``failed`` in ``sweep.json``, the other cells run, and
             :class:`CellsFailed` then lists the failed ones.
         time_budget: Seconds from this call after which no cell is started that would not fit
-            (in-process sweeps only; see the module docstring).
+            (see the module docstring); with an executor the cells running then finish first.
         clock: Where the time is read (seconds; tests pass their own).
         own_index: ``(file, schema, kind)`` of the index that makes ``out`` ours (:func:`check_sweep_dir`;
             a benchmark passes its ``benchmark.json``).
@@ -268,15 +314,13 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
     Raises:
         ResultError: when another process is using ``out`` or a cell directory holds another run.
         UsageError: when ``out`` is not new or empty and holds no index of ours (nothing is written).
-        CellsFailed: when cells failed (the finished ones are kept).
-        BudgetSpent: when cells were left pending because the time budget ran out.
-        UsageError: for a time budget that is not positive, or one given with an executor.
+        CellsFailed: when cells failed and none was left pending by the budget (the finished ones are kept).
+        BudgetSpent: when cells were left pending because the time budget ran out (cells that failed
+            too are listed in it: the same command runs them again with the pending ones).
+        UsageError: for a time budget that is not positive.
     """
     if time_budget is not None and not time_budget > 0:
         raise UsageError(f"--time-budget must be a positive number of seconds, got {time_budget:g}")
-    if time_budget is not None and executor is not None:
-        raise UsageError("--time-budget applies to sweeps that run in this process; an executor schedules its "
-                         "cells itself (drop --executor ray / --jobs, or --time-budget)")
     deadline = None if time_budget is None else (clock(), float(time_budget))
     check_sweep_dir(out, own_index=own_index)
     with hold_out_dir(out):
@@ -284,7 +328,8 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         try:
             if executor is not None:
                 say = log or (lambda _msg: None)
-                return executor.run_cells(cells, index=check_cells(cells, out=out, axes=axes, log=say), log=say)
+                return executor.run_cells(cells, index=check_cells(cells, out=out, axes=axes, log=say), log=say,
+                                          deadline=deadline, clock=clock)
             return _run_cells(cells, out=out, axes=axes, log=log, progress=progress, runner=runner,
                               deadline=deadline, clock=clock)
         except KeyboardInterrupt as stop:
@@ -330,21 +375,18 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
     say = log or (lambda _msg: None)
     runner = runner or audit_runner.run  # looked up at call time, so a patched runner is honoured
     index = check_cells(cells, out=out, axes=axes, log=say)
-    # The longest cell so far estimates the next one: cells differ (identity trains less than RAPT), and
-    # a cell started that does not fit is lost when the machine's time runs out.
-    longest = max((float(r.env.get("wall_time_s") or 0.0) for r in index.finished.values()), default=None)
+    longest = longest_finished(index)
     results: list[tuple[Cell, RunResult]] = []
     failures: list[tuple[Cell, str]] = []
     for i, cell in enumerate(cells, 1):
         pending = index.status[cell.name] != "complete"
-        if pending and deadline is not None and longest is not None:
-            left = deadline[1] - (clock() - deadline[0])
-            if longest > left:
-                rest = cells[i - 1:]
-                done = results + [(c, index.finished[c.name]) for c in rest if index.status[c.name] == "complete"]
-                raise BudgetSpent(out=out, results=done,  # in grid order: the cells before this one, then finished ones
-                                  needed=longest, left=left, budget=deadline[1],
-                                  pending=sum(index.status[c.name] != "complete" for c in rest))
+        left = budget_spent(deadline, longest, clock) if pending else None
+        if left is not None:
+            rest = cells[i - 1:]
+            done = results + [(c, index.finished[c.name]) for c in rest if index.status[c.name] == "complete"]
+            raise BudgetSpent(out=out, results=done,  # in grid order: the cells before this one, then finished ones
+                              needed=longest, left=left, budget=deadline[1], failures=failures,
+                              pending=sum(index.status[c.name] != "complete" for c in rest))
         say(f"cell {i}/{len(cells)} {cell.label}: {'running' if pending else 'reusing'} {cell.config.out}")
         started = clock()
         try:
@@ -391,5 +433,5 @@ def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
 
 
 __all__ = ["Axis", "BudgetSpent", "Cell", "CellsFailed", "Executor", "SWEEP_INDEX", "SWEEP_SCHEMA", "SweepIndex",
-           "cell_name", "check_cells", "check_sweep_dir", "default_sweep_dir", "expand", "format_sweep", "parse_axes",
-           "parse_axis", "run_sweep"]
+           "budget_spent", "cell_name", "check_cells", "check_sweep_dir", "default_sweep_dir", "expand", "format_sweep",
+           "longest_finished", "parse_axes", "parse_axis", "run_sweep"]
