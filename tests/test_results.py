@@ -174,6 +174,23 @@ def test_schema_allows_per_record_parts():
     doc["attacks"]["whitebox"]["empirical_privacy"]["per_record"] = {"num": [1, "x"], "den": [2, 1]}
     with pytest.raises(ResultError, match=r"empirical_privacy\.per_record\.num\[1\]: 'x' is not of type 'number'"):
         validate_result_document(doc, "r.json")
+    # The arrays are checked outside jsonschema (a paper-profile file took a second there): every place an
+    # estimate sits, both arrays, a bool is no number, and the other problems are still counted.
+    doc["attacks"]["whitebox"]["empirical_privacy"]["per_record"] = {"num": [1, 0], "den": [2, None]}
+    doc["attacks"]["whitebox"]["metrics"]["token_accuracy"]["per_record"] = {"num": [True, 0], "den": 1}
+    doc["utility"]["accuracy"]["per_record"] = {"num": [1, 0], "den": 1, "extra": 1}
+    with pytest.raises(ResultError) as raised:
+        validate_result_document(doc, "r.json")
+    assert "utility.accuracy.per_record: Additional properties are not allowed" in str(raised.value)
+    assert "(and 2 more problem(s))" in str(raised.value)
+    del doc["utility"]["accuracy"]["per_record"]["extra"]
+    with pytest.raises(ResultError, match=r"empirical_privacy\.per_record\.den\[1\]: None is not of type 'number' "
+                                          r"\(and 1 more problem"):
+        validate_result_document(doc, "r.json")
+    doc["attacks"]["whitebox"]["empirical_privacy"]["per_record"]["den"] = [2, 1]
+    with pytest.raises(ResultError, match=r"metrics\.token_accuracy\.per_record\.num\[0\]: True is not of type"):
+        validate_result_document(doc, "r.json")
+    assert doc["utility"]["accuracy"]["per_record"]["num"] == [1, 0]  # the document itself is left as it was
 
 
 def test_accuracy_keeps_its_outcomes_with_unit_denominators_written_once(tmp_path):
