@@ -9,6 +9,7 @@ section "Put your defense on the leaderboard" is run as printed, with that folde
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import shlex
 import shutil
@@ -138,3 +139,83 @@ def test_a_cell_filter_narrows_any_benchmark_run_and_its_dry_run(tmp_path, monke
     assert "total: 2 cells, 0 finished, 2 to run" in out and "defense=identity" not in out
     assert "the report is rendered once every cell of the file has finished" in out
     assert not (tmp_path / "runs").exists()
+
+
+def _identity_lines(leaderboard: Path) -> list[str]:
+    """The leaderboard's lines of the built-in rows: identity's in the group table and in each matched-utility
+    table (its reading is drawn before any other defense's), and the ceiling read from it."""
+    lines = leaderboard.read_text(encoding="utf-8").splitlines()
+    return [line for line in lines if line.startswith(("| identity", "Ceiling ("))]
+
+
+def test_an_added_plugin_joins_the_builtins_group_and_leaves_their_rows_unchanged(workdir):
+    """Issue #42 item 2: a plugin's cells added to a finished benchmark folder join the built-ins' comparable group
+    (its version is its rows' provenance, not part of the signature), are read against identity's ceiling (the
+    matched-utility table and the no-privacy check), and change no built-in row; no finished cell reads as not
+    finished. ``keeper`` (a second plugin: the raw text, with an η axis, at η = ∞ only) has the no-privacy setting
+    that the check reads: were its rows in a group of their own (its version in the signature), identity's group
+    would say its cells have not finished."""
+    from dataclasses import dataclass
+
+    from rapt_audit.benchmark.ceiling import no_privacy_checks
+    from rapt_audit.benchmark.join import join
+    from rapt_audit.benchmark.matched import matched
+    from rapt_audit.reporting.summary import group_results
+
+    @dataclass
+    class Keeper(DEFENSES.get("identity")):
+        """A contributor's defense with an η axis: the raw text at any η (test double)."""
+
+        eta: float = math.inf
+
+    DEFENSES.add("keeper", Keeper, tags=("text",), origin="rapt-audit-keeper 0.3.1")
+    try:
+        (workdir / "add.toml").write_text('[defenses.word_drop]\np = [0.1, 0.3]\n\n[defenses.keeper]\neta = ["inf"]\n',
+                                          encoding="utf-8")
+        assert main(["benchmark", "run", "reports/sst2-cpu", "--add", "add.toml", "--out", "runs/wd", "--quiet"]) == 0
+    finally:
+        DEFENSES.remove("keeper")
+    published, added = workdir / "reports" / "sst2-cpu", workdir / "runs" / "wd"
+
+    # 1. One comparable group, as the report groups them (the joined results, group_results).
+    joined = join(added)
+    assert not joined.pending and len(joined.cells) == len(read_index(added)["cells"]) == 4
+    # Each plugin's version stays in its rows' provenance.
+    assert {r.defense.get("origin") for r in joined.cells.values()} == {None, "rapt-audit-word-drop 0.1.0",
+                                                                        "rapt-audit-keeper 0.3.1"}
+    groups = group_results(joined.collection.results)
+    assert len(groups) == 1, [g.signature for g in groups]
+    group = groups[0]
+    assert {r.defense for r in group.rows} == {"identity", "word_drop", "keeper"}
+    assert "word-drop" not in group.signature and "keeper" not in group.signature
+
+    # 2. The plugins are read against identity's ceiling: word drop's frontier in every matched-utility table,
+    # keeper's η = ∞ in the no-privacy check (measured, not "not finished").
+    table = matched(group)
+    assert table.ceiling is not None and not table.note
+    for attack, by_fraction in table.readings.items():
+        for fraction, readings in by_fraction.items():
+            kinds = {r.defense: r.kind for r in readings}
+            assert set(kinds) == {"identity", "word_drop", "keeper"}, (attack, fraction, kinds)
+            assert kinds["word_drop"] != "not measured", (attack, fraction, kinds)
+    checks = {c.defense: c for c in no_privacy_checks(table, joined.index)}
+    assert set(checks) == {"keeper"} and checks["keeper"].utility is not None, checks
+    assert checks["keeper"].verdict in ("within", "outside")
+    board = (added / "leaderboard.md").read_text(encoding="utf-8")
+    assert "in 1 comparable group(s)" in board and "Not read:" not in board and "no identity row" not in board
+    assert re.search(r"^\| word_drop \| (≥ [\d.]+|[\d.]+|not reached) ", board, re.M), "word drop's matched reading"
+    assert re.search(r"^\| keeper \| eta=inf \| [\d.]+ \[", board, re.M), "keeper in the no-privacy check"
+
+    # 3. Every built-in row as the published folder's own report has it: the rows it is rendered from, and the lines.
+    before = {r.key: r for r in group_results(join(published).collection.results)[0].rows}
+    after = {r.key: r for r in group.rows if r.defense == "identity"}
+    assert set(after) == set(before) and before
+    for key, row in before.items():
+        assert (after[key].signature, after[key].setting, after[key].seeds) == (row.signature, row.setting, row.seeds)
+        assert (after[key].utility, after[key].privacy, after[key].metrics) == (row.utility, row.privacy, row.metrics)
+    assert _identity_lines(added / "leaderboard.md") == _identity_lines(published / "leaderboard.md") != []
+
+    # 4. No finished cell reads as not finished, in the leaderboard, the report or the claims.
+    for name in ("leaderboard.md", "index.html", "claims.md"):
+        text = (added / name).read_text(encoding="utf-8")
+        assert "not finished" not in text and "no result yet" not in text, name
