@@ -32,23 +32,43 @@ _KIND = "sequence_embeddings"
 def best_threshold(probabilities: np.ndarray, labels: np.ndarray, total_true: float) -> tuple[float, float]:
     """The probability threshold with the best content F1 over records, and that F1.
 
-    A record's guess is every vocabulary word with probability ≥ the threshold. Sorting all (record, word)
-    probabilities once gives the hits of every threshold as a cumulative sum; thresholds are cut only
-    between distinct probabilities (tied words are all in or all out).
+    A record's guess is every vocabulary word with probability ≥ the threshold. Sorting the (record, word)
+    probabilities gives the hits of every threshold as a cumulative sum; thresholds are cut only between
+    distinct probabilities (tied words are all in or all out).
+
+    Only the largest probabilities are sorted: a threshold that lets ``c`` guesses through has F1 = 2·hits /
+    (c + total_true) ≤ 2·total_true / (c + total_true) once ``c`` exceeds ``total_true``, so when the best F1
+    among the top ``c0`` candidates reaches that bound at ``c0``, no lower threshold can beat it, and the answer
+    is exactly the full sort's. Otherwise the candidates grow to what the best F1 so far says the bound needs,
+    and to the full sort when that is most of them. At the paper profile (17,055 records × 10,000 words, chosen
+    again at every epoch) the full sort took 60 s a call on two cores.
 
     Args:
         probabilities: ``(n, V)`` predicted probabilities of the vocabulary words.
         labels: ``(n, V)`` whether each word is among the record's content tokens.
         total_true: Σ over records of their content tokens, out-of-vocabulary ones included (they cost recall).
     """
-    flat = probabilities.ravel()
-    order = np.argsort(-flat, kind="stable")
-    ranked = flat[order]
-    hits = np.cumsum(labels.ravel()[order], dtype=np.float64)
-    ends = np.flatnonzero(np.r_[ranked[1:] < ranked[:-1], True])  # last position of each run of equal values
-    f1 = 2 * hits[ends] / (ends + 1 + total_true)
-    best = int(np.argmax(f1))
-    return float(ranked[ends[best]]), float(f1[best])
+    flat, hit = probabilities.ravel(), labels.ravel()
+    keep = max(1024, 2 * int(total_true) + 1)
+    while True:
+        whole = 2 * keep >= flat.size
+        if whole:
+            values, marks = flat, hit
+        else:
+            kth = np.partition(flat, flat.size - keep)[flat.size - keep]
+            chosen = np.flatnonzero(flat >= kth)  # every tie of the smallest candidate too
+            values, marks = flat[chosen], hit[chosen]
+        order = np.argsort(-values, kind="stable")
+        ranked = values[order]
+        hits = np.cumsum(marks[order], dtype=np.float64)
+        ends = np.flatnonzero(np.r_[ranked[1:] < ranked[:-1], True])  # last position of each run of equal values
+        f1 = 2 * hits[ends] / (ends + 1 + total_true)
+        best = int(np.argmax(f1))
+        below = len(values) + 1  # the fewest guesses any threshold under the candidates lets through
+        if whole or (below > total_true and f1[best] >= 2 * total_true / (below + total_true)):
+            return float(ranked[ends[best]]), float(f1[best])
+        needed = total_true * (2 / f1[best] - 1) if f1[best] > 0 else float(flat.size)  # where the bound is met
+        keep = max(4 * keep, int(needed) + 1)
 
 
 @ATTACKS.register("bow_inversion", tags=("inversion",))

@@ -138,3 +138,32 @@ def test_inversion_attacks_report_content_recovery_beside_their_own(ctx, splits,
         assert (privacy.value, privacy.ci_low) == (1.0, 1.0)
     # ae_inversion's headline is the unit itself (issue #39, item 5); the others keep theirs beside it.
     assert (result.empirical_privacy is privacy) == (name == "ae_inversion")
+
+
+def _best_threshold_by_counting(probabilities: np.ndarray, labels: np.ndarray, total_true: float) -> tuple[float, float]:
+    """Every distinct probability tried as the threshold, hits counted directly: the definition, slowly."""
+    best = (1.0, -1.0)
+    for threshold in sorted(set(probabilities.ravel().tolist()), reverse=True):
+        guessed = probabilities >= threshold
+        f1 = 2 * float(labels[guessed].sum()) / (int(guessed.sum()) + total_true)
+        if f1 > best[1] + 1e-12:  # ties keep the higher threshold, as the model's decision rule does
+            best = (threshold, f1)
+    return best
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_the_threshold_is_the_definitions_whether_few_or_all_candidates_are_sorted(case):
+    from rapt_audit.attacks.bow_inversion import best_threshold
+
+    rng = np.random.default_rng(case)
+    n, words = int(rng.integers(20, 120)), int(rng.integers(20, 90))  # often more than 2,048 candidates
+    labels = (rng.random((n, words)) < rng.uniform(0.002, 0.2)).astype(np.float32)
+    signal = [labels * rng.uniform(0.1, 1.0), np.zeros_like(labels)][case % 2]  # informative, or a prior alone
+    noise = rng.random((n, words)) ** rng.uniform(1, 8)
+    if case % 4 == 1:
+        noise = np.tile(noise[0], (n, 1))  # the same guess for every record, as the untrained model's
+    probabilities = np.round(np.clip(signal + noise, 0, 1), int(rng.integers(2, 6))).astype(np.float32)  # ties
+    total_true = float(labels.sum() + rng.integers(0, 30))  # out-of-vocabulary words cost recall
+    threshold, f1 = best_threshold(probabilities, labels, total_true)
+    expected = _best_threshold_by_counting(probabilities, labels, total_true)
+    assert threshold == pytest.approx(expected[0]) and f1 == pytest.approx(expected[1])
