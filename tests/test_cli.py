@@ -175,7 +175,8 @@ def test_the_run_summary_arrows_an_error_downwards():
     assert "↓" in lines["embedding_mse.denoised"] and "↑" not in lines["embedding_mse.denoised"]
 
     from rapt_audit.pipeline.config import RunConfig
-    from rapt_audit.pipeline.sweep import Cell, format_sweep
+    from rapt_audit.pipeline.sweep import Cell
+    from rapt_audit.reporting.sweep_table import format_sweep
 
     header = format_sweep([(Cell((("eta", "50"),), "eta=50", RunConfig()), result)]).splitlines()[1]
     assert "accuracy ↑" in header and "embedding_mse.denoised ↓" in header

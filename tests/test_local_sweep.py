@@ -19,6 +19,7 @@ from rapt_audit.api.locks import LOCK_FILE
 from rapt_audit.cli import main
 from rapt_audit.encoder.threads import available_cores, cell_threads
 from rapt_audit.pipeline import runner, sweep
+from rapt_audit.pipeline.cell_driver import CellDriver, CellError, cell_task
 from rapt_audit.pipeline.local_executor import LocalExecutor
 from tests.sweep_files import TINY, docs, interrupt_after_first_cell, numbers, seed_cells, statuses
 
@@ -54,26 +55,6 @@ def _slow_unless_seed_zero(config):
     return runner.compute(config)
 
 
-def _after_seed_zero(config) -> None:
-    """Cell seed=1 waits until this command has written seed=0, so seed=0 is the first cell to end."""
-    if config.seed == 1:
-        written, give_up = Path(config.out).parent / "seed=0" / "result.json", time.monotonic() + 60
-        while not written.is_file() and time.monotonic() < give_up:
-            time.sleep(0.02)
-
-
-def _seed_one_last(config):
-    _after_seed_zero(config)
-    return runner.compute(config)
-
-
-def _seed_one_last_and_failing(config):
-    _after_seed_zero(config)
-    if config.seed == 1:
-        raise DataError("seed=1 cannot be read (test failure)")
-    return runner.compute(config)
-
-
 def _only_seed_two(config):
     if config.seed != 2:
         raise AssertionError(f"cell seed={config.seed} was finished and ran again")
@@ -93,6 +74,49 @@ def _clock(out: Path):
     """The test's clock: 100 s per ``result.json`` written in ``out``, so a cell takes, as the command times it from
     its start to its write, 100 s for each cell written meanwhile (itself included)."""
     return lambda: 100.0 * len(list(out.glob("*/result.json")))
+
+
+class _InProcess:
+    """An executor that runs :class:`~rapt_audit.pipeline.cell_driver.CellDriver`'s loop, the one ``--jobs N`` and Ray
+    share, with two cells "running" at once in this process: each is computed when it starts and ends in the order
+    cells started. The budget's rule lives in that loop; the pool's processes (tested end to end by the CLI test
+    above) would only add their start-up, seconds per pool."""
+
+    def __init__(self, compute):
+        self.compute = compute
+
+    def run_cells(self, cells, *, index, log, deadline=None, clock=time.monotonic):
+        return _InProcessDriver(cells, index, log, self.compute, deadline=deadline, clock=clock).run()
+
+
+class _InProcessDriver(CellDriver):
+    worker = "this process"
+
+    def capacity(self, *, quiet: bool = False) -> int:
+        return 2
+
+    def start(self, cell):
+        handle = _Ended()
+        try:
+            handle.doc = cell_task(self.compute, cell.config)
+        except Exception as exc:  # noqa: BLE001 - reported as the pool reports a run that raised
+            handle.error = f"{type(exc).__name__}: {exc}"
+        return handle
+
+    def wait(self):
+        return [next(iter(self.running))]  # the cell started first ends first
+
+    def outcome(self, handle):
+        if handle.error is not None:
+            raise CellError(handle.error)
+        return handle.doc
+
+
+class _Ended:
+    """A cell computed in :meth:`_InProcessDriver.start`: its document, or why it raised."""
+
+    doc: dict | None = None
+    error: str | None = None
 
 
 # ---------------------------------------------------------------- tests
@@ -206,7 +230,7 @@ def test_time_budget_with_jobs_starts_a_cell_only_while_the_longest_so_far_fits(
     nothing starts; with an hour, only seed=2 runs."""
     out = tmp_path / "sw"
     cells, axes = seed_cells(out)
-    executor = LocalExecutor(jobs=2, compute=_seed_one_last)
+    executor = _InProcess(runner.compute)
     lines: list[str] = []
     if len(started) == 3:
         results = sweep.run_sweep(cells, out=out, axes=axes, executor=executor, time_budget=budget, clock=_clock(out))
@@ -223,12 +247,11 @@ def test_time_budget_with_jobs_starts_a_cell_only_while_the_longest_so_far_fits(
     written = {k: (out / k / "result.json").read_bytes() for k in started}
 
     with pytest.raises(sweep.BudgetSpent) as spent:  # the real clock: 1 ms is less than any finished cell took
-        sweep.run_sweep(cells, out=out, axes=axes, executor=LocalExecutor(jobs=2, compute=_only_seed_two),
-                        time_budget=0.001)
+        sweep.run_sweep(cells, out=out, axes=axes, executor=_InProcess(_only_seed_two), time_budget=0.001)
     assert spent.value.pending == 1 and not (out / "seed=2").exists()
 
-    results = sweep.run_sweep(cells, out=out, axes=axes, executor=LocalExecutor(jobs=2, compute=_only_seed_two),
-                              time_budget=3600, clock=_clock(out))
+    results = sweep.run_sweep(cells, out=out, axes=axes, executor=_InProcess(_only_seed_two), time_budget=3600,
+                              clock=_clock(out))
     assert [c.name for c, _ in results] == ["seed=0", "seed=1", "seed=2"] and statuses(out) == ["complete"] * 3
     assert all((out / k / "result.json").read_bytes() == v for k, v in written.items())
 
@@ -240,7 +263,7 @@ def test_a_spent_budget_wins_over_failed_cells_and_lists_them(budget, tmp_path):
     and nothing is left pending: CellsFailed (exit 2), as without a budget."""
     out = tmp_path / "sw"
     cells, axes = seed_cells(out)
-    executor = LocalExecutor(jobs=2, compute=_seed_one_last_and_failing)
+    executor = _InProcess(_fail_seed_one)
     if budget == 250:
         with pytest.raises(sweep.CellsFailed) as failed:
             sweep.run_sweep(cells, out=out, axes=axes, executor=executor, time_budget=budget, clock=_clock(out))

@@ -49,6 +49,7 @@ from rapt_audit.reporting.claims import cmd_claims
 from rapt_audit.reporting.leaderboard import cmd_leaderboard
 from rapt_audit.reporting.report import cmd_report
 from rapt_audit.reporting.slim import cmd_slim
+from rapt_audit.reporting.sweep_table import format_sweep
 from rapt_audit.scoring.metrics import METRICS, headline_metric
 
 EPILOG = """examples:
@@ -243,14 +244,14 @@ def _run_sweep(args: argparse.Namespace, cli: dict[str, Any], base: Any, *, log:
                                   time_budget=args.time_budget)
     except sweep.CellsFailed as failed:  # the finished cells' table, then main() prints the failures (exit 2)
         if failed.results:
-            print(sweep.format_sweep(failed.results))
+            print(format_sweep(failed.results))
         raise
     except sweep.BudgetSpent as spent:  # not an error: the finished cells' table, what is left, "try again"
         if spent.results:
-            print(sweep.format_sweep(spent.results))
+            print(format_sweep(spent.results))
         print(f"rapt-audit: {spent}", file=sys.stderr)
         return sweep.BudgetSpent.EXIT_CODE
-    print(sweep.format_sweep(results))
+    print(format_sweep(results))
     print(f"sweep directory: {out} (render it with: rapt-audit report {out} --out {out / 'report.html'})")
     return _attacks_failed([(cell.name, r) for cell, r in results], where=str(out))
 

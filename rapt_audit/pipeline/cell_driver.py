@@ -10,7 +10,7 @@ validates each returned document (schema, cell id, the data the check saw) and w
 ``<cell>/result.json``, marks ``sweep.json`` as cells finish, and raises
 :class:`~rapt_audit.pipeline.sweep.CellsFailed` after the last cell when some failed. Under a time
 budget it starts a queued cell only while the longest cell so far fits in what is left
-(:func:`~rapt_audit.pipeline.sweep.budget_spent`, the in-process sweep's rule); once one does not,
+(:func:`~rapt_audit.pipeline.time_budget.budget_spent`, the in-process sweep's rule); once one does not,
 it starts none, lets the running cells finish and be written, and raises
 :class:`~rapt_audit.pipeline.sweep.BudgetSpent` with the rest pending. Subclasses
 say only how a cell is started, waited for and read back (:meth:`CellDriver.start`,
@@ -34,8 +34,8 @@ from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, write_result
-from rapt_audit.pipeline.sweep import (BudgetSpent, Cell, CellsFailed, Log, SweepIndex, budget_spent,
-                                       longest_finished)
+from rapt_audit.pipeline.sweep import BudgetSpent, Cell, CellsFailed, Log, SweepIndex
+from rapt_audit.pipeline.time_budget import budget_spent, longest_finished
 
 
 class CellError(Exception):
@@ -101,7 +101,7 @@ class CellDriver:
         on ``clock`` too, from their start to their write, so that they are judged on the budget's clock."""
         self.cells, self.index, self.log = list(cells), index, log
         self.deadline, self.clock = deadline, clock
-        self.longest = longest_finished(index)
+        self.longest = longest_finished(index.finished.values())
         #: ``(longest, left)`` when the budget stopped new cells: the longest cell then, and the seconds left.
         self.spent: tuple[float, float] | None = None
         self.number = {c.name: i for i, c in enumerate(self.cells, 1)}

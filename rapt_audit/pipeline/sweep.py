@@ -11,7 +11,7 @@ the lock of ``<out>`` and each running cell that of its own directory.
 
 With a time budget (``--time-budget SECONDS``) a sweep starts a cell only while the longest cell
 seen so far (run here, or its ``env.wall_time_s`` when it was finished before) still fits in what
-is left (:func:`budget_spent`; cells start freely while none has finished yet), and otherwise
+is left (:func:`~rapt_audit.pipeline.time_budget.budget_spent`; cells start freely while none has finished yet), and otherwise
 starts no further cell and stops with :class:`BudgetSpent`, its remaining cells pending: a machine
 lent for a limited time (a batch job's wall clock, a GPU call capped at minutes) ends between cells
 rather than in one, and the same command run again goes on from there. The rule is the same for
@@ -45,12 +45,11 @@ from rapt_audit.api.files import remove_stray_temps, write_json_atomic
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.outputs import check_out_folder
 from rapt_audit.api.parsing import repeated
-from rapt_audit.api.types import AttackFailure, AttackResult
 from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.cell_limit import check_cell_count, count_cells
 from rapt_audit.pipeline.config import RunConfig, build_config
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult
-from rapt_audit.scoring.metrics import arrow
+from rapt_audit.pipeline.time_budget import budget_spent, longest_finished
 
 SWEEP_SCHEMA = "rapt-audit/sweep/1"
 SWEEP_INDEX = "sweep.json"
@@ -198,34 +197,6 @@ class BudgetSpent(RaptAuditError):
         super().__init__(message)
 
 
-def budget_spent(deadline: tuple[float, float] | None, longest: float | None,
-                 clock: Callable[[], float]) -> float | None:
-    """The seconds left of a time budget once a cell as long as ``longest`` no longer fits in them, else ``None``.
-
-    The one rule of every sweep, in this process or an executor's: the next cell starts only while
-    the longest cell so far fits in what is left. ``None`` (start it) also when there is no budget
-    or no finished cell to judge by yet.
-
-    Args:
-        deadline: ``(start, budget)``: the clock's reading when the sweep started and its budget in seconds.
-        longest: The longest cell so far in seconds (:func:`longest_finished`, then the cells run since).
-        clock: Where the time is read (the clock ``start`` came from).
-    """
-    if deadline is None or longest is None:
-        return None
-    left = deadline[1] - (clock() - deadline[0])
-    return left if longest > left else None
-
-
-def longest_finished(index: SweepIndex) -> float | None:
-    """The longest ``env.wall_time_s`` of the cells the check found complete (``None`` when there are none).
-
-    The longest cell so far estimates the next one: cells differ (identity trains less than RAPT),
-    and a cell started that does not fit is lost when the machine's time runs out.
-    """
-    return max((float(r.env.get("wall_time_s") or 0.0) for r in index.finished.values()), default=None)
-
-
 class Executor(Protocol):
     """Runs the pending cells of a checked sweep elsewhere than in this process (several at once, other machines)."""
 
@@ -238,7 +209,7 @@ class Executor(Protocol):
         its directory's lock, call ``index.mark`` as cells finish, raise :class:`CellsFailed` after
         the last cell when some failed, and leave finished cells in place on ``KeyboardInterrupt``.
         With a ``deadline`` (``(start, budget)`` on ``clock``) it must start a cell only while
-        :func:`budget_spent` says it fits, and otherwise start none, let the running ones finish and
+        :func:`~rapt_audit.pipeline.time_budget.budget_spent` says it fits, and otherwise start none, let the running ones finish and
         raise :class:`BudgetSpent` (rather than :class:`CellsFailed`) with the cells not started pending.
         """
         ...
@@ -375,7 +346,7 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
     say = log or (lambda _msg: None)
     runner = runner or audit_runner.run  # looked up at call time, so a patched runner is honoured
     index = check_cells(cells, out=out, axes=axes, log=say)
-    longest = longest_finished(index)
+    longest = longest_finished(index.finished.values())
     results: list[tuple[Cell, RunResult]] = []
     failures: list[tuple[Cell, str]] = []
     for i, cell in enumerate(cells, 1):
@@ -406,32 +377,6 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
     return results
 
 
-def format_sweep(results: Sequence[tuple[Cell, RunResult]]) -> str:
-    """A compact table: one line per cell, utility then each attack's empirical privacy (↑ = better)."""
-    if not results:
-        return "no cells"
-    first = results[0][1]
-    utility = list(dict.fromkeys(m for _, r in results for m in r.utility))
-    attacks = list(dict.fromkeys(a for _, r in results for a in r.attacks))
-    width = max(len(c.label) for c, _ in results)
-    cols = [f"{m} {arrow(m)}".rstrip() for m in utility] + [f"{a} ↑" for a in attacks]  # an error is ↓
-    lines = [f"sweep on {first.dataset.get('name')}  ({first.signature})"]
-    lines += [f"WARNING: {w}" for w in dict.fromkeys(w for _, r in results for w in r.warnings)]
-    lines.append(f"{'cell':<{width}}  " + "  ".join(f"{c:>{max(8, len(c))}}" for c in cols))
-    for cell, result in results:
-        values = [result.utility[m].value if m in result.utility else None for m in utility]
-        for a in attacks:
-            outcome = result.attacks.get(a)
-            values.append("failed" if isinstance(outcome, AttackFailure) else outcome.empirical_privacy.value
-                          if isinstance(outcome, AttackResult) else None)
-        cells = ["skipped" if v is None else v if isinstance(v, str) else f"{v:.4f}" for v in values]
-        lines.append(f"{cell.label:<{width}}  " + "  ".join(f"{s:>{max(8, len(c))}}" for s, c in zip(cells, cols)))
-    if len({r.signature for _, r in results}) > 1:
-        lines.append("note: the cells have different comparability signatures (the sweep changed data, "
-                     "splits, model, profile or attack settings); compare them with care")
-    return "\n".join(lines)
-
-
 __all__ = ["Axis", "BudgetSpent", "Cell", "CellsFailed", "Executor", "SWEEP_INDEX", "SWEEP_SCHEMA", "SweepIndex",
-           "budget_spent", "cell_name", "check_cells", "check_sweep_dir", "default_sweep_dir", "expand", "format_sweep",
-           "longest_finished", "parse_axes", "parse_axis", "run_sweep"]
+           "cell_name", "check_cells", "check_sweep_dir", "default_sweep_dir", "expand", "parse_axes", "parse_axis",
+           "run_sweep"]
