@@ -234,6 +234,18 @@ def test_every_defense_at_no_privacy_is_checked_against_identity_and_a_gap_is_ex
     assert checks["snd"].reason == OWN_SERVICE["snd"] and checks["cape"].reason == HEAD_SERVICE
 
 
+def test_a_missing_no_privacy_row_says_whether_it_is_pending_or_measured_otherwise(tmp_path):
+    joined = join(benchmark_folder(tmp_path, "sst2-cpu"))
+    table = matched(group_results(joined.collection.results)[0], resamples=50)
+    kept = [r for r in table.group.rows if not (r.defense in ("t2t", "cape") and r.no_privacy)]
+    table.group.rows[:] = kept  # their ∞ rows are not in this group
+    t2t_inf = {"defense": "t2t", "setting": {"method": "prompt", "eta": "inf"}, "seed": 0, "dataset": "sst2"}
+    checks = {c.defense: c for c in no_privacy_checks(table, joined.index, [t2t_inf])}
+    assert checks["t2t"].reason == "its cells have not finished"  # still to run
+    assert checks["cape"].verdict == "not measured" and "measured otherwise" in checks["cape"].reason  # finished
+    assert checks["pct2t"].verdict == "within"
+
+
 def test_an_attack_measured_only_at_no_privacy_is_not_read_as_a_bound(tmp_path):
     group = group_results(join(benchmark_folder(tmp_path, "sst2-cpu")).collection.results)[0]
     for row in group.rows:  # as SnD's mutual information: declined wherever the defense adds noise

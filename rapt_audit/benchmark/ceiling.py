@@ -70,8 +70,14 @@ def _infinite(value: Any) -> bool:
         return False
 
 
-def no_privacy_checks(table: Matched, index: dict[str, Any]) -> list[CeilingCheck]:
-    """Every defense of the benchmark with an ∞ grid point: its utility there against the ceiling."""
+def no_privacy_checks(table: Matched, index: dict[str, Any],
+                      pending: Sequence[dict[str, Any]] = ()) -> list[CeilingCheck]:
+    """Every defense of the benchmark with an ∞ grid point: its utility there against the ceiling.
+
+    ``pending``: the index's cells that have not finished (:attr:`~rapt_audit.benchmark.join.Joined.pending`), so
+    that a missing row says why: not finished yet, or finished but measured otherwise (another comparability group,
+    never compared with this one's ceiling), or without this task's utility metric.
+    """
     if table.ceiling is None or table.utility is None:
         return []
     rows: Sequence[Row] = table.group.rows
@@ -85,7 +91,12 @@ def no_privacy_checks(table: Matched, index: dict[str, Any]) -> list[CeilingChec
         expected = OWN_SERVICE.get(defense) or ("" if "method" in (row.params if row else spec.get("service", {}))
                                                 else HEAD_SERVICE)
         if row is None or table.utility not in row.utility:
-            checks.append(CeilingCheck(defense, setting, None, "not measured", "its cells have not finished"))
+            waiting = any(c.get("defense") == defense and any(_infinite((c.get("setting") or {}).get(k)) for k in axes)
+                          for c in pending)
+            why = ("its cells have not finished" if waiting else
+                   f"it reports no {table.utility}" if row is not None else
+                   "its finished cells were measured otherwise (another comparability group; see the groups above)")
+            checks.append(CeilingCheck(defense, setting, None, "not measured", why))
             continue
         est = row.utility[table.utility]
         inside = table.ceiling.ci_low <= est.value <= table.ceiling.ci_high

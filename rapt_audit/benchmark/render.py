@@ -116,7 +116,7 @@ def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched
             parts.append(f"<p class='note'>Not read: {e(table.note)}.</p>")
             continue
         parts.append(f"<p>Ceiling ({REFERENCE}, {e(str(table.utility))}): {e(fmt_estimate(table.ceiling))}.</p>")
-        checks = no_privacy_checks(table, index)
+        checks = no_privacy_checks(table, index, joined.pending)
         if checks:
             parts.append(f"<p class='note'>{e(CEILING_NOTE)}</p><table><thead><tr><th>defense</th><th>setting</th>"
                          f"<th>{e(str(table.utility))}</th><th>against {REFERENCE}</th></tr></thead><tbody>" + "".join(
@@ -157,7 +157,7 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
             lines += [f"Not read: {t(table.note)}.", ""]
             continue
         lines += [f"Ceiling ({REFERENCE}, {t(table.utility)}): {fmt_estimate(table.ceiling)}.", ""]
-        checks = no_privacy_checks(table, index)
+        checks = no_privacy_checks(table, index, joined.pending)
         if checks:
             lines += [t(CEILING_NOTE), "", f"| defense | setting | {t(table.utility)} | against {REFERENCE} |",
                       "|---|---|---:|---|"]
