@@ -209,3 +209,38 @@ def test_a_grid_parameter_checks_each_value_and_refuses_an_empty_grid():
                             ({"mixes": "0.5,1.5"}, r"mixes must lie in \[0, 1\], got 1.5")):
         with pytest.raises(UsageError, match=message):
             bayes(**params)
+
+
+def test_the_embedding_pools_hold_the_nearest_rows_and_the_seen_rows_best_by_likelihood_times_prior():
+    """:func:`pools` against its definition, computed here in float64 over every row: the ``size`` nearest rows,
+    then the ``size`` seen rows of highest ``−η‖z − e‖ + log unigram`` (screened on the device in float32), each
+    with its exact log likelihood, a row in both parts ruled out the second time."""
+    from types import SimpleNamespace
+
+    from rapt_audit.attacks._bayes_embedding import pools
+    from rapt_audit.attacks._bayes_model import NgramModel
+
+    rng = np.random.default_rng(4)
+    table = rng.normal(size=(400, 16)).astype(np.float32)
+    lm = NgramModel(order=2, vocab_size=len(table)).fit(
+        [list(rng.choice(150, size=8, p=np.arange(150, 0, -1) / np.arange(150, 0, -1).sum())) for _ in range(60)])
+    eta, size = 3.0, 6
+    rows = rng.integers(0, len(table), size=700)
+    views = [SimpleNamespace(released_vectors=(table[rows[i:i + 70]] + rng.normal(scale=0.5, size=(70, 16))
+                                               ).astype(np.float32)) for i in range(0, 700, 70)]
+    pooled = pools(views, table, eta=eta, size=size, lm=lm, device="cpu")
+    seen = np.array(sorted(r for r in lm.seen() if r >= 0))
+    prior = lm.unigram(seen)
+    for view, pool in zip(views, pooled):
+        for z, got_rows, got_channel in zip(view.released_vectors, pool.rows, pool.channel):
+            distance = np.linalg.norm(table.astype(np.float64) - z.astype(np.float64), axis=1)
+            assert list(got_rows[:size]) == list(np.argsort(distance, kind="stable")[:size])
+            score = -eta * distance[seen] + prior
+            ranked = np.sort(score)[::-1]
+            assert ranked[size - 1] - ranked[size] > 1e-4  # no near-tie at the edge of the kept rows
+            assert set(got_rows[size:]) == set(seen[np.argsort(-score)[:size]])
+            repeated = np.zeros(len(got_rows), dtype=bool)
+            for j, r in enumerate(got_rows):
+                repeated[j] = r in got_rows[:j]
+            assert np.array_equal(np.isinf(got_channel), repeated)
+            assert np.allclose(got_channel[~repeated], -eta * distance[got_rows[~repeated]], rtol=0, atol=1e-9)
