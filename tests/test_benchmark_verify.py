@@ -3,7 +3,8 @@ sample and compared within noise; an edited number is caught, an honest re-run v
 
 The published folder is invented (result_factory, milliseconds); the contributor's cell is a real run of the
 smallest cell there is (the identity probe and the attacker's prior on 20 synthetic records, about a second), as
-is its one re-run, which a second check reuses from the scratch folder.
+are its re-runs: the honest check's, in a scratch folder and cache of its own, and one the other checks share
+from the module's scratch folder.
 """
 
 from __future__ import annotations
@@ -176,9 +177,11 @@ def submitted(tmp_path_factory):
 
 def test_an_honest_rerun_verifies_and_nothing_is_written_into_either_folder(submitted, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("RAPT_AUDIT_CACHE", str(tmp_path / "cache"))  # re-measured here, nothing read from a cache
+    # Its own scratch folder too: the shared one holds whatever re-run a test before it left (reused, not re-run,
+    # and measured with the session's cache), so what this test checked depended on the order tests ran in.
     before = _tree(submitted["published"], submitted["submission"])
     code = main(["benchmark", "verify", str(submitted["submission"]), "--against", str(submitted["published"]),
-                 "--sample", "all", "--sample-seed", "3", "--scratch", str(submitted["scratch"]), "--quiet"])
+                 "--sample", "all", "--sample-seed", "3", "--scratch", str(tmp_path / "scratch"), "--quiet"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "verified   " in out and "1 verified" in out and "--sample-seed 3" in out
@@ -265,3 +268,130 @@ def test_per_record_outcomes_removed_from_a_submission_differ(submitted, tmp_pat
 def test_a_utility_metric_dropped_from_a_submission_is_reported(submitted, tmp_path):
     reasons = _without(submitted, tmp_path / "dropped", lambda doc: doc["utility"].pop("accuracy"))
     assert "accuracy: measured by the re-run, not submitted" in reasons, reasons
+
+
+# ---------------------------------------------------------------- review findings (copies, refusals, --cell, versions, code)
+
+
+def _seeds(text: str) -> str:
+    """A benchmark file run on seeds 0 and 1 (two cells of each defense)."""
+    return text.replace("seeds = [0]", "seeds = [0, 1]")
+
+
+def _cell(folder: Path, defense: str, seed: int) -> Path:
+    (path,) = folder.glob(f"defense={defense}_seed={seed}_*/result.json")
+    return path
+
+
+def _verdicts(result) -> dict[str, tuple[str, str]]:
+    """``defense/seed`` → (status, its reasons joined)."""
+    return {f"{v.cell['defense']}/{v.cell['seed']}": (v.status, " ".join(v.reasons)) for v in result.verdicts}
+
+
+def test_a_copy_of_a_published_cell_is_admitted_unchanged_and_refused_when_its_numbers_differ(tmp_path):
+    published, submission = _folders(tmp_path, _seeds(CONTRIBUTED), _seeds(PUBLISHED))
+    result = verify(submission, against=published, sample=0)
+    assert {k: s for k, (s, _) in _verdicts(result).items()} == {"echo/0": "unchecked", "echo/1": "unchecked"}
+    assert result.published_copies == 2 and result.passed  # the unchanged copies are admitted, no verdict of theirs
+    copy = _cell(submission, "identity", 0)
+    accuracy = read_result(copy).utility["accuracy"]
+    _edit(copy, utility={"accuracy": replace(accuracy, value=accuracy.value + 0.01)})
+    result = verify(submission, against=published, sample=0)
+    status, reasons = _verdicts(result)["identity/0"]
+    assert status == "refused" and "its result is not the published one" in reasons and not result.passed
+    assert _verdicts(result)["echo/0"][0] == "unchecked" and result.published_copies == 2
+    # A published cell the published folder has not finished is checked as the contributor's (and admitted).
+    _cell(published, "identity", 1).unlink()
+    result = verify(submission, against=published, sample=0)
+    assert _verdicts(result)["identity/1"] == ("unchecked", "admitted; not in the sample")
+    assert _verdicts(result)["identity/0"][0] == "refused" and result.published_copies == 1
+
+
+def test_a_seed_or_dataset_the_published_file_does_not_run_is_refused(tmp_path):
+    published, submission = _folders(tmp_path, _seeds(CONTRIBUTED))  # the published file runs seed 0 only
+    found = _verdicts(verify(submission, against=published, sample=0))
+    assert found["echo/0"][0] == "unchecked"
+    for cell in ("echo/1", "identity/1"):  # identity's seed 1 is no published cell: the contributor's, refused
+        assert found[cell][0] == "refused" and "seed: 1 is not a published seed (0)" in found[cell][1], found
+    elsewhere = CONTRIBUTED.replace('utility = "synthetic"', 'utility = "sst2"')  # the task on another dataset
+    published, submission = _folders(tmp_path / "dataset", elsewhere)
+    refused = [v for v in verify(submission, against=published, sample=0).verdicts if v.cell["dataset"] == "sst2"]
+    assert {v.cell["defense"] for v in refused} == {"echo", "identity"}
+    for v in refused:
+        assert v.status == "refused" and f"dataset: the published benchmark runs no {v.cell['defense']} cell on " \
+            "sst2; drop it" in v.reasons, v
+
+
+def test_a_failed_cell_is_refused_with_its_error(tmp_path):
+    from rapt_audit.pipeline.sweep import SWEEP_INDEX, SWEEP_SCHEMA
+
+    published, submission = _folders(tmp_path)
+    path = _echo_cell(submission)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["attacks"]["random_guess"] = {"failed": "RuntimeError: boom"}  # an attack of the cell failed
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    (verdict,) = verify(submission, against=published, sample=0).verdicts
+    assert verdict.status == "refused" and verdict.reasons[0].startswith("result: attack(s) random_guess failed")
+    # The cell itself failed: its sweep marks it so and wrote no result; the refusal names the error.
+    path.unlink()
+    rows = [{"name": path.parent.name, "dir": path.parent.name, "status": "failed", "error": "MemoryError: out of it"}]
+    (submission / SWEEP_INDEX).write_text(json.dumps({"schema": SWEEP_SCHEMA, "cells": rows}), encoding="utf-8")
+    (verdict,) = verify(submission, against=published, sample=0).verdicts
+    assert verdict.status == "refused"
+    assert verdict.reasons == ("result: its run failed (MemoryError: out of it); run the cell to the end and send "
+                               "its folder",), verdict
+
+
+def test_cell_selectors_narrow_the_check(tmp_path, capsys):
+    published, submission = _folders(tmp_path, _seeds(CONTRIBUTED), _seeds(PUBLISHED))
+    bad = _cell(submission, "echo", 0)
+    _edit(bad, signature=read_result(bad).signature.replace("attacks:11111111", "attacks:99999999"))
+    args = ["benchmark", "verify", str(submission), "--against", str(published), "--sample", "0"]
+    assert main(args) == 1 and "1 refused" in capsys.readouterr().out
+    assert main([*args, "--cell", "seed=1", "--cell", "defense=echo"]) == 0  # the refused cell is not selected
+    out = capsys.readouterr().out
+    assert "2 cell(s)" not in out and "1 cell(s): 0 refused" in out and "echo_seed=0" not in out, out
+    assert main([*args, "--cell", bad.parent.name]) == 1 and "1 cell(s): 1 refused" in capsys.readouterr().out
+    assert main([*args, "--cell", "defense=identity"]) == 2  # published cells only: nothing to verify
+    assert "among the cells --cell selects" in capsys.readouterr().err
+
+
+def test_every_cell_of_a_plugin_defense_is_checked_for_its_version(tmp_path):
+    published, submission = _folders(tmp_path, _seeds(CONTRIBUTED), _seeds(PUBLISHED))
+    for seed, origin in ((0, ORIGIN), (1, "rapt-audit-echo 0.0.9")):  # the first cell found is the installed one
+        path = _cell(submission, "echo", seed)
+        _edit(path, defense={**read_result(path).defense, "origin": origin})
+    found = _verdicts(verify(submission, against=published, sample=0))
+    assert found["echo/0"][0] == "unchecked"
+    assert found["echo/1"][0] == "refused", found
+    assert "defense.origin: ran with rapt-audit-echo 0.0.9, but rapt-audit-echo 0.1.0" in found["echo/1"][1]
+    # Installed at a version none of its cells ran: the installation is wrong, the command stops naming both.
+    path = _cell(submission, "echo", 0)
+    _edit(path, defense={**read_result(path).defense, "origin": "rapt-audit-echo 0.0.8"})
+    with pytest.raises(UsageError, match=r"rapt-audit-echo 0\.0\.\d \(1 cell\), rapt-audit-echo 0\.0\.\d \(1 cell\)"):
+        verify(submission, against=published, sample=0)
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_a_cell_of_other_code_than_this_installation_is_refused_alone(tmp_path, capsys, mixed):
+    """The published cells of a dataset ran two code digests (or agree on one), neither this installation's: each
+    sampled cell is refused with the fix, and the table is printed (no exception, no re-run)."""
+    published, submission = _folders(tmp_path, _seeds(CONTRIBUTED), _seeds(PUBLISHED))
+    codes = {0: "aaaaaaaa", 1: "bbbbbbbb" if mixed else "aaaaaaaa"}
+    for seed, code in codes.items():
+        for folder, defense in ((published, "identity"), (submission, "identity"), (submission, "echo")):
+            path = _cell(folder, defense, seed)
+            _edit(path, signature=read_result(path).signature.replace("|v:", f"|code:{code}|v:"))
+    code = main(["benchmark", "verify", str(submission), "--against", str(published), "--sample", "all",
+                 "--sample-seed", "1", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 1 and "2 cell(s): 2 refused" in out and "sample: 0 re-run(s)" in out, out
+    assert out.count("refused    re-run: this rapt-audit's code digest is") == 2
+    assert "ran aaaaaaaa" in out and "--sample 0" in out and "git_sha ffffffffffff" in out
+    assert ("ran 2 code digests: aaaaaaaa (1 cell), bbbbbbbb (1 cell)" in out) is mixed
+
+
+def test_a_cell_that_records_no_code_digest_is_refused_rather_than_rerun(tmp_path):
+    published, submission = _folders(tmp_path)  # invented signatures: no code: field
+    (verdict,) = verify(submission, against=published, sample=None).verdicts
+    assert verdict.status == "refused" and "records no code digest" in verdict.reasons[0], verdict

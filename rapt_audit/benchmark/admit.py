@@ -8,7 +8,9 @@ unchanged); every other indexed cell is the contributor's, and joins the publish
 was measured exactly as the published cells were. Each of these is checked, and a cell that fails one
 is *refused* with the field that differs and what to do:
 
-* its result is there, readable, of its indexed cell, and no attack of it failed;
+* its result is there, readable, of its indexed cell, and no attack of it failed (a cell its run marked ``failed``
+  in ``sweep.json`` holds none: the refusal names the error);
+* its defense's version (``defense.origin``) is the plugin installed here, checked for every cell;
 * its seed is a published seed, and its dataset one the published benchmark runs its defense on;
 * protocol: a defense whose service customizes the encoder (it has a ``method`` parameter) ran every setting of
   the service's customization (``method``, ``epochs``, ``lr``, ``lr_grid``...: the parameters of ``identity``,
@@ -29,6 +31,7 @@ cells: a benchmark file alone holds no fingerprint or code digest.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,6 +47,7 @@ from rapt_audit.benchmark.spec import Benchmark, DefenseGrid, set_text, shipped_
 from rapt_audit.benchmark.validate import SERVICE_MARKER, load_benchmark
 from rapt_audit.pipeline.config import measured_settings
 from rapt_audit.pipeline.results import RunResult, signature_fields
+from rapt_audit.pipeline.sweep import SWEEP_INDEX
 from rapt_audit.reporting.check import signature_changes
 
 #: What to do when a signature field differs, by field (see :func:`rapt_audit.pipeline.results.signature`).
@@ -81,10 +85,13 @@ class Published:
         """``cell_id`` → the published index's cell."""
         return {c["cell_id"]: c for c in self.joined.index["cells"]}
 
-    def code(self) -> str | None:
-        """The code digest (first digits) its cells ran with, when they all agree and record one."""
-        found = {signature_fields(sig).get("code") for counts in self.signatures.values() for sig in counts}
-        return next(iter(found)) if len(found) == 1 else None
+    def codes(self, dataset: str) -> Counter[str]:
+        """Code digest (first digits; ``""`` where a signature records none) → how many finished cells of
+        ``dataset`` ran it. More than one where cells were measured (or refreshed) by different code."""
+        found: Counter[str] = Counter()
+        for sig, n in self.signatures.get(dataset, Counter()).items():
+            found[signature_fields(sig).get("code", "")] += n
+        return found
 
 
 def read_published(folder: str | Path) -> Published:
@@ -123,6 +130,18 @@ def _published_file(folder: Path, index: dict[str, Any]) -> Path:
     return path
 
 
+def sweep_failures(folder: Path) -> dict[str, str]:
+    """Cell name → why it failed, for each cell the folder's ``sweep.json`` marks ``failed`` (empty when there is no
+    readable one: the file is the contributor's run's record, not needed to check a cell). A failed cell holds no
+    result, so it is refused as unfinished: this names the error its run stopped with instead."""
+    try:
+        rows = json.loads((folder / SWEEP_INDEX).read_text(encoding="utf-8"))["cells"]
+        return {str(r["name"]): f"its run failed ({r.get('error') or 'sweep.json records no error'})" for r in rows
+                if r.get("status") == "failed"}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 def same_result(a: RunResult, b: RunResult) -> bool:
     """Whether two results of one cell are the same measurement: everything but its provenance (``env``: when,
     where and how long it ran, which a maintainer's refreshed copy of an unchanged cell changes) and the
@@ -135,25 +154,76 @@ def same_result(a: RunResult, b: RunResult) -> bool:
 
 
 def check_installed(cells: Sequence[dict[str, Any]], results: dict[str, RunResult]) -> None:
-    """Every defense of ``cells`` is installed here, at the version its cells recorded (``defense.origin``).
+    """Every defense of ``cells`` is installed here, at a version some of its cells recorded (``defense.origin``).
+
+    Only what stops the whole command is raised: a defense that is not installed, or one installed at a version
+    none of its cells ran (the installation is what is wrong, not the cells). A cell whose version differs from
+    the installed one that other cells of its defense ran is that cell's refusal (:func:`origin_refusal`), so
+    every cell is compared, not only the first one found.
 
     Raises:
-        UsageError: naming the defense, the distribution and version its cells ran with, and the fix.
+        UsageError: naming the defense, the distributions and versions its cells ran with, and the fix.
     """
     load()
     for defense in dict.fromkeys(c["defense"] for c in cells):
-        recorded = next((str(r.defense.get("origin") or "") for c in cells if c["defense"] == defense
-                         and (r := results.get(c["name"])) is not None), "")
-        dist, _, version = recorded.rpartition(" ")
+        recorded = Counter(origin for c in cells if c["defense"] == defense
+                           and (origin := _origin(results.get(c["name"]))))
+        ran = ", ".join(f"{o} ({n} cell{'s' if n > 1 else ''})" for o, n in recorded.most_common())
+        dist, _, version = recorded.most_common(1)[0][0].rpartition(" ") if recorded else ("", "", "")
         install = f"pip install '{dist}=={version}'" if dist else "install the contributor's plugin package"
         if defense not in DEFENSES:
             raise UsageError(f"defense {defense!r} of the submission is not installed here"
-                             + (f" (its cells ran with {recorded})" if recorded else "")
+                             + (f" (its cells ran with {ran})" if recorded else "")
                              + f"; {install}, check it with rapt-audit plugin check {defense}, then run verify again")
         here = DEFENSES.entry(defense).origin
-        if recorded and here != recorded:
+        if recorded and here not in recorded:
             raise UsageError(f"defense {defense!r} is installed here from {here or 'rapt-audit itself'}, but the "
-                             f"submission's cells ran with {recorded}: re-runs would measure other code; {install}")
+                             f"submission's cells ran with {ran}: re-runs would measure other code; {install}")
+
+
+def _origin(result: RunResult | None) -> str:
+    """The plugin distribution and version a result's defense came from (``""``: built in, or not recorded)."""
+    return str(result.defense.get("origin") or "") if result is not None else ""
+
+
+def origin_refusal(cell: dict[str, Any], result: RunResult | None) -> str | None:
+    """Why ``cell`` ran another version of its defense than the one installed here, or None. Checked for every
+    cell (:func:`check_installed` has made sure the installed version is one some cell of the defense ran): a cell
+    of another version would be re-run, and would join the table, as code it was not measured with."""
+    recorded, here = _origin(result), DEFENSES.entry(cell["defense"]).origin
+    if not recorded or recorded == here:
+        return None  # a cell that records no origin (built in, or written before origins were) has none to compare
+    return (f"defense.origin: ran with {recorded}, but {here or 'the built-in'} {cell['defense']} is installed here, "
+            "the version other cells of it ran: every cell of a defense must measure one version; re-run this cell "
+            f"with {here or 'the built-in defense'} (or send only the cells of one version)")
+
+
+def code_refusal(published: Published, cell: dict[str, Any], result: RunResult, here: str) -> str | None:
+    """Why the admitted ``cell`` cannot be re-run by this installation (code digest ``here``), or None when it can.
+
+    Decided for each cell against the published cells it is compared with: those of its dataset, whose signature
+    it carries (admission made sure of that), so a published folder whose cells ran several code digests still
+    gives each cell its own verdict. A re-run measures this installation's code: one of a cell that ran other
+    code, or that records no digest to compare (which code it must be cannot be told), would report the code
+    apart as a difference of the cell; it is refused with the fix instead, and the other cells go on.
+    """
+    mine, codes = signature_fields(result.signature).get("code", ""), published.codes(cell["dataset"])
+    mixed = (f" (the published cells of {cell['dataset']} ran {len(codes)} code digests: "
+             + ", ".join(f"{c or 'none recorded'} ({n} cell{'s' if n > 1 else ''})" for c, n in codes.most_common())
+             + ")" if len(codes) > 1 else "")
+    skip = "or pass --sample 0 to run the checks without re-runs"
+    if not mine:
+        return (f"re-run: the cell's signature records no code digest, so which code a re-run must run cannot be "
+                f"told{mixed}; re-run the cell with the rapt-audit the benchmark was published with (it records "
+                f"the digest), {skip}")
+    if mine == here:
+        return None
+    sha = next((str(r.env.get("git_sha"))[:12] for r in published.joined.cells.values()
+                if r.signature == result.signature and r.env.get("git_sha")), None)
+    return (f"re-run: this rapt-audit's code digest is {here}, but the cell and the published cells of "
+            f"{cell['dataset']} with its signature ran {mine}{mixed}: a re-run here would measure other code; install "
+            f"the rapt-audit they ran ({f'git_sha {sha}' if sha else 'the git_sha in their env'}) and verify again, "
+            f"{skip}")
 
 
 def expected_cell(published: Published, cell: dict[str, Any], *, out: Path, data_dir: str | None = None,
@@ -199,6 +269,8 @@ def refusals(published: Published, cell: dict[str, Any], result: RunResult | Non
         found.append(f"seed: {cell['seed']} is not a published seed ({', '.join(map(str, seeds))}); run the "
                      "published seeds only, so that rows combine the same seeds")
     found += _protocol(published, cell)
+    if (origin := origin_refusal(cell, result)) is not None:
+        found.append(origin)
     if expected is None:
         found.append(f"dataset: the published benchmark runs no {cell['defense']} cell on {cell['dataset']}; drop it")
     elif expected.cell.config.cell_id() != cell["cell_id"]:
@@ -269,5 +341,6 @@ def _config_changes(got: dict[str, Any], want: dict[str, Any]) -> str:
     return "; ".join(f"{k}: {got.get(k)!r} (published {want.get(k)!r})" for k in keys)
 
 
-__all__ = ["Published", "SIGNATURE_FIXES", "check_installed", "configuration_refusal", "expected_cell",
-           "read_published", "refusals", "same_result", "service_parameters"]
+__all__ = ["Published", "SIGNATURE_FIXES", "check_installed", "code_refusal", "configuration_refusal",
+           "expected_cell", "origin_refusal", "read_published", "refusals", "same_result", "service_parameters",
+           "sweep_failures"]

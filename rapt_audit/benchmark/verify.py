@@ -5,8 +5,11 @@ run (:mod:`~rapt_audit.benchmark.admit`): a cell measured otherwise than the pub
 splits, model, profile, protocol, attacks, code digest of the built-ins) is **refused**, with the field
 and the fix. A seeded sample of the admitted cells is then **re-run** from the published file (the
 configuration rebuilt there, never read from the submission) into a scratch folder, and each re-run's
-headline numbers are compared with the submitted ones: **verified** or **differs**. Nothing is written
-into DIR or the published folder.
+headline numbers are compared with the submitted ones: **verified** or **differs**. A sampled cell whose code
+digest (the ``code:`` of its signature, which the published cells of its dataset it matched carry) is not this
+installation's is refused instead of re-run, naming the rapt-audit to install: each cell is decided alone, so a
+published folder of several digests, or a wrong installation, never stops the table. Nothing is written into
+DIR or the published folder.
 
 The noise rule. A re-run has the cell's configuration and seed, so it scores the same records in the
 same order as the submission: the two are *paired*. Every utility metric and every attack's empirical
@@ -49,11 +52,13 @@ from rapt_audit.api.types import AttackResult, Estimate
 from rapt_audit.benchmark.admit import (
     Published,
     check_installed,
+    code_refusal,
     configuration_refusal,
     expected_cell,
     read_published,
     refusals,
     same_result,
+    sweep_failures,
 )
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.plan import BenchCell
@@ -114,6 +119,8 @@ def matches(cell: dict[str, Any], selectors: Sequence[str]) -> bool:
     """Whether ``cell`` passes every ``--cell`` selector: its folder name, or ``KEY=VALUE`` where KEY is
     ``defense``, ``seed``, ``dataset`` or a key of its setting (``eta=25``)."""
     for selector in selectors:
+        if selector == cell["name"]:  # before KEY=VALUE: every folder name has "=" in it (defense=..._seed=...)
+            continue
         key, sep, value = selector.partition("=")
         if not sep:
             if cell["name"] != selector:
@@ -217,8 +224,9 @@ def verify(folder: str | Path, *, against: str | Path, sample: int | None = DEFA
         log: Where progress lines go.
 
     Raises:
-        UsageError: for folders that overlap, a plugin defense not installed (or of another version), or a
-            re-run asked of code other than the published cells' (nothing is re-run).
+        UsageError: for folders that overlap, or a plugin defense not installed (or installed at a version none of
+            its cells ran). A cell of another version than the installed one, or one a re-run here cannot check
+            (code other than this installation's), is refused alone, with the fix: the table is still made.
         ResultError: when either folder is not a benchmark folder, or nothing in ``folder`` is the contributor's.
     """
     folder, published_dir = Path(folder), Path(against)
@@ -226,7 +234,7 @@ def verify(folder: str | Path, *, against: str | Path, sample: int | None = DEFA
     _check_apart(places)
     published = read_published(published_dir)
     sub = join(folder)
-    problems = {p.path.parent.name: p.message for p in sub.collection.problems}
+    problems = {**sweep_failures(folder), **{p.path.parent.name: p.message for p in sub.collection.problems}}
     own, copies, verdicts = _sort_cells(sub, published, selectors)
     if not own and not verdicts:
         raise ResultError(f"{folder} holds no cell beyond the published benchmark's"
@@ -250,9 +258,15 @@ def verify(folder: str | Path, *, against: str | Path, sample: int | None = DEFA
                 admitted.append(cell)
         seed = secrets.randbelow(2**32) if sample_seed is None else sample_seed
         chosen = choose_sample(admitted, sample, seed)
-        if chosen:
-            _check_code(published)
-            pairs = [(c, expected[c["name"]]) for c in chosen]
+        here = package_code_digest()[:8]
+        pairs = []
+        for cell in chosen:  # each cell's code against its own published cells: a bad one costs only itself
+            why_not = code_refusal(published, cell, sub.cells[cell["name"]], here)
+            if why_not is None:
+                pairs.append((cell, expected[cell["name"]]))
+            else:
+                verdicts.append(Verdict(cell, "refused", (why_not,)))
+        if pairs:
             verdicts += _rerun(pairs, sub.cells, out=rerun_dir, executor=executor, log=log)
         picked = {c["name"] for c in chosen}
         verdicts += [Verdict(c, "unchecked", ("admitted; not in the sample",)) for c in admitted
@@ -261,7 +275,7 @@ def verify(folder: str | Path, *, against: str | Path, sample: int | None = DEFA
         if not scratch:
             shutil.rmtree(rerun_dir, ignore_errors=True)
     verdicts.sort(key=lambda v: (STATUSES.index(v.status), v.cell["name"]))
-    return Verification(folder, published_dir, verdicts, seed, len(chosen), copies)
+    return Verification(folder, published_dir, verdicts, seed, len(pairs), copies)
 
 
 def _sort_cells(sub: Joined, published: Published, selectors: Sequence[str]
@@ -297,15 +311,6 @@ def _check_apart(places: Sequence[tuple[str, Path]]) -> None:
                 raise UsageError(f"{name_a} {a} and {name_b} {b} overlap; give folders apart from each other "
                                  "(re-runs are written only to the scratch folder, never into the submission or "
                                  "the published folder)")
-
-
-def _check_code(published: Published) -> None:
-    """Re-runs measure this installation's code: it must be the code the published cells ran."""
-    code, here = published.code(), package_code_digest()[:8]
-    if code is not None and code != here:
-        raise UsageError(f"this rapt-audit's code digest is {here}, the published cells ran {code}: a re-run here "
-                         "would measure other code. Install the rapt-audit the benchmark was published with (the "
-                         "git_sha in a published cell's env), or pass --sample 0 to run the checks without re-runs")
 
 
 def _rerun(pairs: Sequence[tuple[dict[str, Any], BenchCell]], submitted: dict[str, RunResult], *, out: Path,
