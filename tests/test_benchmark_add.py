@@ -21,6 +21,7 @@ import pytest
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.benchmark.run import read_index
 from rapt_audit.cli.main import main
+from rapt_audit.pipeline.results import read_result
 from tests.fake_plugins import GUIDE
 from tests.test_benchmark_verify import PUBLISHED
 
@@ -129,6 +130,20 @@ def test_the_published_folder_is_never_the_out_and_a_filter_that_matches_nothing
         err = capsys.readouterr().err
         assert message in err, err
     assert "p=0.1" in err and "p=0.3" in err
+    assert not (workdir / "runs").exists()
+
+
+def test_cells_that_would_be_measured_by_other_code_than_the_published_are_refused_before_any_work(workdir, capsys):
+    from tests.test_benchmark_verify import _edit
+
+    for path in (workdir / "reports" / "sst2-cpu").glob("*/result.json"):  # published by other code
+        sig = read_result(path).signature
+        _edit(path, signature=sig.replace(f"|code:{sig.split('|code:')[1][:8]}|", "|code:deadbeef|"))
+    (workdir / "add.toml").write_text('[defenses.word_drop]\np = [0.1, 0.3]\n', encoding="utf-8")
+    for dry in (["--dry-run"], []):
+        assert main(["benchmark", "run", "reports/sst2-cpu", "--add", "add.toml", "--out", "runs/x", *dry]) == 2
+        err = capsys.readouterr().err
+        assert "measured by code deadbeef" in err and "Install the rapt-audit the benchmark was published with" in err
     assert not (workdir / "runs").exists()
 
 

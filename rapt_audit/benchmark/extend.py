@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.files import package_code_digest
 from rapt_audit.benchmark.admit import Published, read_published
 from rapt_audit.benchmark.plan import BenchCell
 from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
@@ -65,6 +66,28 @@ def published_folder(source: str) -> Path:
                      f"in reports/{source}); give the committed reports/NAME/ of a checkout or a downloaded copy")
 
 
+def check_same_code(published: Published) -> None:
+    """Refuse, before any work, to add cells that would be measured by other code than every published cell.
+
+    A cell's signature names the code that measured it (``code:``), so cells run here would sit in a table of their
+    own beside the published ones (and ``benchmark verify`` would refuse them): the point of ``--add`` is lost.
+
+    Raises:
+        UsageError: naming both digests and the fix.
+    """
+    here = package_code_digest()[:8]
+    codes = sorted({code for dataset in published.signatures for code in published.codes(dataset)})
+    if not codes or here in codes:
+        return
+    shas = sorted({str(r.env["git_sha"]) for r in published.joined.cells.values() if r.env.get("git_sha")})
+    where = f" (git checkout {shas[0]})" if len(shas) == 1 else ""
+    ran = ", ".join(c or "(none)" for c in codes)
+    raise UsageError(f"the published cells in {published.folder} were measured by code {ran}, this rapt-audit is "
+                     f"code {here}: cells run here would carry another signature and sit in a "
+                     f"table of their own, and benchmark verify would refuse them. Install the rapt-audit the "
+                     f"benchmark was published with{where}, or run the published benchmark again with this one first")
+
+
 def read_additions(path: Path, published: Benchmark) -> tuple[str, tuple[str, ...]]:
     """The text of an additions file and the defenses it adds.
 
@@ -104,6 +127,7 @@ def extend(source: str, add: str | Path, *, out: Path, data_dir: str | None = No
         raise UsageError(f"--out {out} is the published folder: it is never written; give a new folder "
                          "(the published cells are copied into it)")
     published = read_published(folder)
+    check_same_code(published)
     add_path = resolve(add)
     add_text, added = read_additions(add_path, published.bench)
     head = published.bench.text if published.bench.text.endswith("\n") else published.bench.text + "\n"
@@ -163,5 +187,5 @@ def summary(ext: Extended, cells: Sequence[BenchCell]) -> dict[str, Any]:
             "added": sum(1 for c in cells if ext.is_added(c))}
 
 
-__all__ = ["ADD_KEYS", "Extended", "copy_published", "extend", "published_folder", "read_additions", "select",
-           "summary"]
+__all__ = ["ADD_KEYS", "Extended", "check_same_code", "copy_published", "extend", "published_folder", "read_additions",
+           "select", "summary"]
