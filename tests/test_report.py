@@ -154,6 +154,40 @@ def test_a_figure_rendered_twice_is_the_same_file(tmp_path):
     assert "clip-path" in first.svg.decode() and first.svg == second.svg
 
 
+def test_a_defense_keeps_its_colour_in_every_figure_and_the_legend_lies_beside_the_axes(tmp_path, monkeypatch):
+    from rapt_audit.api.plugins import DEFENSES, load_builtins
+    from rapt_audit.reporting import figures
+    from rapt_audit.reporting.collect import collect
+    from rapt_audit.reporting.summary import group_results
+
+    drawn = []
+    render = figures._render
+    monkeypatch.setattr(figures, "_render", lambda fig, *a: (drawn.append(fig), render(fig, *a))[1])
+    for eta in (25, 75):  # pct2t beside t2t here, alone in the second figure
+        write_result(fake_result(defense="pct2t", eta=eta), tmp_path / "both" / f"pct2t-{eta}")
+    both = group_results(collect([t2t_sweep(tmp_path / "both")]).results)[0]
+    alone = group_results(collect([tmp_path / "both" / "pct2t-25", tmp_path / "both" / "pct2t-75"]).results)[0]
+    for group in (both, alone):
+        assert figures.pareto_figure(group, "whitebox", "accuracy", stem="f") is not None
+    from matplotlib.colors import to_hex
+
+    colours = [{text.get_text(): to_hex(handle.get_color()) for text, handle in
+                zip(fig.axes[0].get_legend().get_texts(), fig.axes[0].get_legend().legend_handles)
+                if text.get_text() in ("t2t", "pct2t")} for fig in drawn]
+    assert colours[0]["pct2t"] == colours[1]["pct2t"] == to_hex(figures.defense_style("pct2t")[0])
+    assert colours[0]["t2t"] != colours[0]["pct2t"] and "t2t" not in colours[1]
+    for fig in drawn:
+        fig.canvas.draw()
+        legend, axes = fig.axes[0].get_legend().get_window_extent(), fig.axes[0].get_window_extent()
+        assert legend.x0 >= axes.x1, "the legend covers the data"
+    # Every built-in has a place of its own, and no two defenses share a colour and a marker.
+    load_builtins()
+    builtins = [name for name in DEFENSES.names() if not DEFENSES.entry(name).origin]
+    assert set(builtins) <= set(figures.BUILT_IN_STYLES)
+    styles = [figures.defense_style(d) for d in figures.BUILT_IN_STYLES]
+    assert len(set(styles)) == len(styles) and "#F0E442" not in {c for c, _ in styles}
+
+
 def test_synthetic_results_carry_a_prominent_warning(tmp_path):
     runs = t2t_sweep(tmp_path / "runs", synthetic=True)
     out = tmp_path / "r.html"

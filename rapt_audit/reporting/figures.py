@@ -17,6 +17,7 @@ import functools
 import io
 import math
 import unicodedata
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,11 +26,30 @@ from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.pareto import Point, pareto_front
 from rapt_audit.reporting.summary import Group, Row, safe_id
 
-#: Colour-blind-safe palette (Okabe–Ito), one colour per defense in a plot.
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+#: Colour-blind-safe palette (Okabe–Ito) without its yellow, which does not read on white.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: The built-in defenses, each with a fixed place: its colour and marker are the same in every figure of every
+#: report (a new built-in is appended, so the others keep theirs).
+BUILT_IN_STYLES = ("identity", "t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr", "santext", "custext",
+                   "tem", "mahalanobis", "vickrey")
+#: Figures are drawn for print and zoom: 200 dpi (110 before; the PNGs looked blurred at twice the size).
+DPI = 200
 _LABEL_CHARS = 60  # longer names are cut: a 10,000-character name would make the image too wide to render
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def defense_style(defense: str) -> tuple[str, str]:
+    """The colour and marker ``defense`` has in every figure: by its place among :data:`BUILT_IN_STYLES`, a
+    plugin's by a hash of its name (the same in every report). Every pair of colour and marker is another: the
+    place ``i`` takes colour ``i mod 7`` and marker ``(i // 7 + i mod 7) mod 8``, 56 pairs in all."""
+    if defense in BUILT_IN_STYLES:
+        place = BUILT_IN_STYLES.index(defense)
+    else:
+        spare = len(PALETTE) * len(MARKERS) - len(BUILT_IN_STYLES)
+        place = len(BUILT_IN_STYLES) + zlib.crc32(defense.encode("utf-8")) % spare
+    colour = place % len(PALETTE)
+    return PALETTE[colour], MARKERS[(place // len(PALETTE) + colour) % len(MARKERS)]
 
 
 @dataclass(frozen=True)
@@ -71,7 +91,7 @@ def _label(value: object) -> str:
 
 def _render(fig: Any, stem: str, caption: str) -> Figure:
     png, svg = io.BytesIO(), io.BytesIO()
-    fig.savefig(png, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(png, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
     # A fixed salt makes the SVG's clip-path ids the same on every render: re-rendering a committed report
     # from the same results changes no figure file (matplotlib draws them from random bytes otherwise).
     with _pyplot().rc_context({"svg.hashsalt": "rapt-audit"}):
@@ -104,12 +124,12 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     front = set(pareto_front(points))
     defenses = list(dict.fromkeys(p.key.defense for p in points))
-    for d_i, defense in enumerate(defenses):
+    for defense in defenses:
         mine = [(i, p) for i, p in enumerate(points) if p.key.defense == defense and not p.key.no_privacy]
         if not mine:
             continue
         mine.sort(key=lambda ip: _level(ip[1].key))
-        colour, marker = PALETTE[d_i % len(PALETTE)], MARKERS[d_i % len(MARKERS)]
+        colour, marker = defense_style(defense)
         xs = [p.utility for _, p in mine]
         ys = [p.privacy for _, p in mine]
         xerr = [[p.utility - p.key.utility[utility].ci_low for _, p in mine],
@@ -142,7 +162,8 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
                   else f"{_label(measure)} (not 1 − attack success)")
     ax.set_title(f"{_label(attack)}: privacy vs utility", fontsize=11)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    # Beside the axes, never over the data: matplotlib's "best" place hid points and the y label.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, framealpha=0.85)
     caption = (f"{attack}: empirical privacy (higher = more private) against {utility} (higher = more useful), "
                f"95 % intervals; ringed points are Pareto-optimal; the dashed line is the no-privacy result.")
     return _render(fig, stem, caption)
@@ -224,5 +245,5 @@ def pick_utility(group: Group, preferred: Sequence[str] = ("accuracy",)) -> str 
     return names[0] if names else None
 
 
-__all__ = ["Figure", "deniability_figure", "group_figures", "pareto_figure", "pareto_points", "pick_utility",
-           "replacement_figure"]
+__all__ = ["BUILT_IN_STYLES", "DPI", "Figure", "defense_style", "deniability_figure", "group_figures", "pareto_figure",
+           "pareto_points", "pick_utility", "replacement_figure"]
