@@ -365,3 +365,13 @@ def test_the_smoke_benchmark_runs_end_to_end_and_reports_every_builtin_defense(t
     for defense in BUILTIN:
         assert f"| {defense}" in board and f">{defense}" in html
     assert board.count("**best**") == 2 and "| 0,1,2 |" in board
+
+
+def test_a_reading_says_how_often_its_target_was_reached_only_below_95_percent():
+    from rapt_audit.benchmark.matched import Reading
+    from rapt_audit.benchmark.render import _reading_text
+
+    value = Estimate(0.4, 0.3, 0.5, 100)
+    assert _reading_text(Reading("t2t", value, "interpolated", reached=0.97)) == _reading_text(
+        Reading("t2t", value, "interpolated"))  # 97 %: no note
+    assert _reading_text(Reading("t2t", value, "interpolated", reached=0.9)).endswith("(reached in 90 % of resamples)")
