@@ -220,8 +220,8 @@ def test_every_defense_at_no_privacy_is_checked_against_identity_and_a_gap_is_ex
     table = matched(group_results(joined.collection.results)[0], resamples=50)
     checks = {c.defense: c for c in no_privacy_checks(table, joined.index)}
     assert set(checks) == {"t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr"}  # identity is the reference
-    assert all(c.verdict == "within" for c in checks.values()) and checks["t2t"].setting == "eta=inf"
-    assert checks["cape"].setting == "epsilon=inf" and checks["cape"].reason == HEAD_SERVICE
+    assert all(c.verdict == "within" for c in checks.values()) and checks["t2t"].setting == "η=∞"
+    assert checks["cape"].setting == "ε=∞" and checks["cape"].reason == HEAD_SERVICE
     assert checks["t2t"].text(table.ceiling) == "within identity's interval"
     # A gap: explained where the service differs, flagged where it is the same service.
     for row in table.group.rows:

@@ -19,7 +19,10 @@ from typing import Any, Sequence
 
 from rapt_audit.api.types import Estimate
 from rapt_audit.benchmark.matched import REFERENCE, Matched
-from rapt_audit.reporting.summary import Row
+from rapt_audit.reporting.summary import PRIVACY_PARAMS, Row
+
+#: How a privacy parameter is written: η, ε (as the summary's labels write it).
+SYMBOLS = dict(PRIVACY_PARAMS)
 
 #: Why a defense's service differs from the benchmark's (prompt tuning of the encoder on the release).
 OWN_SERVICE = {
@@ -39,7 +42,7 @@ class CeilingCheck:
 
     Attributes:
         defense: The defense.
-        setting: Its no-privacy setting (``eta=inf``).
+        setting: Its no-privacy setting (``η=∞``).
         utility: Its utility there (seeds combined), or ``None`` when the row is missing.
         verdict: ``within`` (inside the reference's interval), ``outside`` or ``not measured``.
         reason: Why another ceiling is expected (its service differs), or what an unexplained gap means.
@@ -86,7 +89,7 @@ def no_privacy_checks(table: Matched, index: dict[str, Any],
         axes = [k for k, values in spec.get("grid", {}).items() if any(_infinite(v) for v in values)]
         if defense == REFERENCE or not axes:
             continue
-        setting = ", ".join(f"{k}=inf" for k in axes)
+        setting = ", ".join(f"{SYMBOLS.get(k, k)}=∞" for k in axes)  # as the tables label settings (η=∞)
         row = next((r for r in rows if r.defense == defense and r.no_privacy), None)
         expected = OWN_SERVICE.get(defense) or ("" if "method" in (row.params if row else spec.get("service", {}))
                                                 else HEAD_SERVICE)
