@@ -176,6 +176,8 @@ def test_a_defense_keeps_its_colour_in_every_figure_and_the_legend_lies_beside_t
                 if text.get_text() in ("t2t", "pct2t")} for fig in drawn]
     assert colours[0]["pct2t"] == colours[1]["pct2t"] == to_hex(figures.defense_style("pct2t")[0])
     assert colours[0]["t2t"] != colours[0]["pct2t"] and "t2t" not in colours[1]
+    caption = figures.pareto_figure(both, "whitebox", "accuracy", stem="f").caption
+    assert "1 seed(s) a setting, 95 % intervals (" in caption  # what a reader needs to read the bars
     for fig in drawn:
         fig.canvas.draw()
         legend, axes = fig.axes[0].get_legend().get_window_extent(), fig.axes[0].get_window_extent()

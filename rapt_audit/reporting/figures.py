@@ -164,8 +164,11 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
     ax.grid(True, alpha=0.3)
     # Beside the axes, never over the data: matplotlib's "best" place hid points and the y label.
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, framealpha=0.85)
-    caption = (f"{attack}: empirical privacy (higher = more private) against {utility} (higher = more useful), "
-               f"95 % intervals; ringed points are Pareto-optimal; the dashed line is the no-privacy result.")
+    seeds = sorted({len(p.key.seeds) for p in points})
+    methods = sorted({e.method for p in points for e in (p.key.utility[utility], p.key.privacy[attack])})
+    caption = (f"{attack}: empirical privacy (higher = more private) against {utility} (higher = more useful); "
+               f"{'/'.join(map(str, seeds))} seed(s) a setting, 95 % intervals ({', '.join(methods)}); ringed "
+               "points are Pareto-optimal; the dashed line is the no-privacy result.")
     return _render(fig, stem, caption)
 
 
