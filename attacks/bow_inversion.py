@@ -52,10 +52,12 @@ def best_threshold(probabilities: np.ndarray, labels: np.ndarray, total_true: fl
     keep = max(1024, 2 * int(total_true) + 1)
     while True:
         whole = 2 * keep >= flat.size
+        if not whole:
+            kth = np.partition(flat, flat.size - keep)[flat.size - keep]
+            whole = bool(np.isnan(kth))  # NaNs sort last: a diverged model is ranked as the full sort ranks it
         if whole:
             values, marks = flat, hit
         else:
-            kth = np.partition(flat, flat.size - keep)[flat.size - keep]
             chosen = np.flatnonzero(flat >= kth)  # every tie of the smallest candidate too
             values, marks = flat[chosen], hit[chosen]
         order = np.argsort(-values, kind="stable")

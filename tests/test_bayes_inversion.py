@@ -211,7 +211,8 @@ def test_a_grid_parameter_checks_each_value_and_refuses_an_empty_grid():
             bayes(**params)
 
 
-def test_the_embedding_pools_hold_the_nearest_rows_and_the_seen_rows_best_by_likelihood_times_prior():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_embedding_pools_hold_the_nearest_rows_and_the_seen_rows_best_by_likelihood_times_prior(device):
     """:func:`pools` against its definition, computed here in float64 over every row: the ``size`` nearest rows,
     then the ``size`` seen rows of highest ``−η‖z − e‖ + log unigram`` (screened on the device in float32), each
     with its exact log likelihood, a row in both parts ruled out the second time."""
@@ -228,7 +229,7 @@ def test_the_embedding_pools_hold_the_nearest_rows_and_the_seen_rows_best_by_lik
     rows = rng.integers(0, len(table), size=700)
     views = [SimpleNamespace(released_vectors=(table[rows[i:i + 70]] + rng.normal(scale=0.5, size=(70, 16))
                                                ).astype(np.float32)) for i in range(0, 700, 70)]
-    pooled = pools(views, table, eta=eta, size=size, lm=lm, device="cpu")
+    pooled = pools(views, table, eta=eta, size=size, lm=lm, device=device)  # the screen runs on the device
     seen = np.array(sorted(r for r in lm.seen() if r >= 0))
     prior = lm.unigram(seen)
     for view, pool in zip(views, pooled):

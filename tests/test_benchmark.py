@@ -244,6 +244,8 @@ def test_a_missing_no_privacy_row_says_whether_it_is_pending_or_measured_otherwi
     assert checks["t2t"].reason == "its cells have not finished"  # still to run
     assert checks["cape"].verdict == "not measured" and "measured otherwise" in checks["cape"].reason  # finished
     assert checks["pct2t"].verdict == "within"
+    elsewhere = {**t2t_inf, "dataset": "trustpilot"}  # pending on another dataset: not this table's cell
+    assert "measured otherwise" in no_privacy_checks(table, joined.index, [elsewhere])[0].reason
 
 
 def test_an_attack_measured_only_at_no_privacy_is_not_read_as_a_bound(tmp_path):

@@ -167,3 +167,15 @@ def test_the_threshold_is_the_definitions_whether_few_or_all_candidates_are_sort
     threshold, f1 = best_threshold(probabilities, labels, total_true)
     expected = _best_threshold_by_counting(probabilities, labels, total_true)
     assert threshold == pytest.approx(expected[0]) and f1 == pytest.approx(expected[1])
+
+
+def test_a_diverged_model_gets_a_threshold_not_a_crash():
+    """NaN probabilities (a network that diverged) sort as the full sort sorts them: the search still answers."""
+    from rapt_audit.attacks.bow_inversion import best_threshold
+
+    rng = np.random.default_rng(0)
+    probabilities = rng.random((100, 100)).astype(np.float32)
+    probabilities[rng.random((100, 100)) < 0.3] = np.nan
+    labels = (rng.random((100, 100)) < 0.02).astype(np.float32)
+    threshold, f1 = best_threshold(probabilities, labels, float(labels.sum()))
+    assert 0.0 <= f1 <= 1.0 and (np.isnan(threshold) or 0.0 <= threshold <= 1.0)

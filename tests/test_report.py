@@ -186,6 +186,7 @@ def test_a_defense_keeps_its_colour_in_every_figure_and_the_legend_lies_beside_t
     load_builtins()
     builtins = [name for name in DEFENSES.names() if not DEFENSES.entry(name).origin]
     assert set(builtins) <= set(figures.BUILT_IN_STYLES)
+    assert len(figures.BUILT_IN_STYLES) <= len(figures.PALETTE) * len(figures.MARKERS) - figures.PLUGIN_PLACES
     styles = [figures.defense_style(d) for d in figures.BUILT_IN_STYLES]
     assert len(set(styles)) == len(styles) and "#F0E442" not in {c for c, _ in styles}
 

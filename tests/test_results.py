@@ -191,6 +191,9 @@ def test_schema_allows_per_record_parts():
     with pytest.raises(ResultError, match=r"metrics\.token_accuracy\.per_record\.num\[0\]: True is not of type"):
         validate_result_document(doc, "r.json")
     assert doc["utility"]["accuracy"]["per_record"]["num"] == [1, 0]  # the document itself is left as it was
+    for not_an_object in ([1, 2], "x", None):  # a baseline file's results[i] may be anything
+        with pytest.raises(ResultError, match=r"\(top level\): .* is not of type 'object'"):
+            validate_result_document(not_an_object, "r.json")
 
 
 def test_accuracy_keeps_its_outcomes_with_unit_denominators_written_once(tmp_path):

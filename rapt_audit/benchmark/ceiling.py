@@ -94,8 +94,9 @@ def no_privacy_checks(table: Matched, index: dict[str, Any],
         expected = OWN_SERVICE.get(defense) or ("" if "method" in (row.params if row else spec.get("service", {}))
                                                 else HEAD_SERVICE)
         if row is None or table.utility not in row.utility:
-            waiting = any(c.get("defense") == defense and any(_infinite((c.get("setting") or {}).get(k)) for k in axes)
-                          for c in pending)
+            dataset = table.group.first.dataset.get("name")
+            waiting = any(c.get("defense") == defense and c.get("dataset") == dataset
+                          and any(_infinite((c.get("setting") or {}).get(k)) for k in axes) for c in pending)
             why = ("its cells have not finished" if waiting else
                    f"it reports no {table.utility}" if row is not None else
                    "its finished cells were measured otherwise (another comparability group; see the groups above)")

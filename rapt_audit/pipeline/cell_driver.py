@@ -260,6 +260,8 @@ class CellDriver:
 
     def fail(self, cell: Cell, error: str, started: float) -> None:
         """Mark a cell failed in ``sweep.json``; the sweep goes on and lists it at the end."""
+        # A cell that failed late (out of memory after minutes) took that long of the budget too.
+        self.longest = max(self.longest or 0.0, self.clock() - started)
         self.failures[cell.name] = error
         self.index.mark(cell, "failed", error)
         self.say(cell, f"FAILED after {duration(self.clock() - started)}: {error} ({self.counts()})")

@@ -84,6 +84,8 @@ def _set_aside_per_record_arrays(doc: Mapping[str, Any]) -> tuple[Mapping[str, A
     schema. Only the mappings on the way to an array are copied; ``doc`` is not changed.
     """
     arrays: list[tuple[tuple, list]] = []
+    if not isinstance(doc, Mapping):  # not an object at all: the schema says so
+        return doc, arrays
 
     def estimate(est: Any, path: tuple) -> Any:
         parts = est.get("per_record") if isinstance(est, Mapping) else None

@@ -299,8 +299,9 @@ def run_sweep(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: Lo
         try:
             if executor is not None:
                 say = log or (lambda _msg: None)
+                budget = {} if deadline is None else {"deadline": deadline, "clock": clock}  # older executors: none
                 return executor.run_cells(cells, index=check_cells(cells, out=out, axes=axes, log=say), log=say,
-                                          deadline=deadline, clock=clock)
+                                          **budget)
             return _run_cells(cells, out=out, axes=axes, log=log, progress=progress, runner=runner,
                               deadline=deadline, clock=clock)
         except KeyboardInterrupt as stop:
@@ -367,6 +368,8 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
             say(f"cell {i}/{len(cells)} {cell.label}: failed, going on with the other cells: {message}")
             index.mark(cell, "failed", message)
             failures.append((cell, message))
+            if pending:  # a cell that failed late took that long of the budget too
+                longest = max(longest or 0.0, clock() - started)
             continue
         if pending:
             longest = max(longest or 0.0, clock() - started)

@@ -33,6 +33,8 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 #: report (a new built-in is appended, so the others keep theirs).
 BUILT_IN_STYLES = ("identity", "t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr", "santext", "custext",
                    "tem", "mahalanobis", "vickrey")
+#: How many of the 56 places (colour × marker) plugins hash into, counted down from the last.
+PLUGIN_PLACES = 32
 #: Figures are drawn for print and zoom: 200 dpi (110 before; the PNGs looked blurred at twice the size).
 DPI = 200
 _LABEL_CHARS = 60  # longer names are cut: a 10,000-character name would make the image too wide to render
@@ -41,13 +43,14 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def defense_style(defense: str) -> tuple[str, str]:
     """The colour and marker ``defense`` has in every figure: by its place among :data:`BUILT_IN_STYLES`, a
-    plugin's by a hash of its name (the same in every report). Every pair of colour and marker is another: the
-    place ``i`` takes colour ``i mod 7`` and marker ``(i // 7 + i mod 7) mod 8``, 56 pairs in all."""
+    plugin's by a hash of its name into the places counted down from the last (the same in every report, whatever
+    built-ins are added). Every place is another pair of colour and marker: place ``i`` takes colour ``i mod 7``
+    and marker ``(i // 7 + i mod 7) mod 8``, 56 pairs in all."""
+    places = len(PALETTE) * len(MARKERS)
     if defense in BUILT_IN_STYLES:
         place = BUILT_IN_STYLES.index(defense)
-    else:
-        spare = len(PALETTE) * len(MARKERS) - len(BUILT_IN_STYLES)
-        place = len(BUILT_IN_STYLES) + zlib.crc32(defense.encode("utf-8")) % spare
+    else:  # the 32 last places: the built-ins may grow to 24 before they meet
+        place = places - 1 - zlib.crc32(defense.encode("utf-8")) % PLUGIN_PLACES
     colour = place % len(PALETTE)
     return PALETTE[colour], MARKERS[(place // len(PALETTE) + colour) % len(MARKERS)]
 
