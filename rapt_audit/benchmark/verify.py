@@ -122,10 +122,8 @@ def matches(cell: dict[str, Any], selectors: Sequence[str]) -> bool:
         if selector == cell["name"]:  # before KEY=VALUE: every folder name has "=" in it (defense=..._seed=...)
             continue
         key, sep, value = selector.partition("=")
-        if not sep:
-            if cell["name"] != selector:
-                return False
-            continue
+        if not sep:  # not this cell's folder name (above), and no KEY=VALUE
+            return False
         known = {"defense": cell["defense"], "seed": str(cell["seed"]), "dataset": cell["dataset"], **cell["setting"]}
         if known.get(key.strip()) != value.strip():
             return False
