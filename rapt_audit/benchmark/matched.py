@@ -1,10 +1,17 @@
 """Privacy at matched utility: each defense's empirical privacy where its utility is a share of the ceiling.
 
 η and ε mean different things in different mechanisms, so defenses are compared where a user would
-choose between them: at the utility they keep. For one comparable group (a benchmark's task):
+choose between them: at the utility they keep. For one comparable group (a benchmark's task), the
+ceiling is ``identity``'s utility under the same protocol and the targets are 90 % and 95 % of it
+(:data:`FRACTIONS`).
 
-- **Ceiling**: ``identity``'s utility under the same protocol (its mean over seeds). The targets are
-  90 % and 95 % of it (:data:`FRACTIONS`).
+**Paired, wherever the results allow** (every result kept its per-record outcomes, as the runner writes
+them): :mod:`rapt_audit.benchmark.paired` — each seed's frontier of a defense's private settings read against
+that seed's ceiling, one hierarchical bootstrap over seeds and victim records for every defense at once,
+probability of being best and rank intervals. That is the benchmark's reading; what follows is the fallback
+for results slimmed of their per-record outcomes (or written before they kept them), and every verdict it
+gives ends in "(unpaired)":
+
 - **Reading**: a defense's measured settings (seeds combined) are points (utility, privacy); its
   Pareto frontier (:func:`rapt_audit.reporting.pareto.pareto_front`) is read at the target by linear
   interpolation between the two adjacent frontier settings that bracket it. No setting at or above
@@ -35,6 +42,8 @@ from typing import Sequence
 import numpy as np
 
 from rapt_audit.api.types import Estimate
+from rapt_audit.scoring.hierarchical import Ranking
+from rapt_audit.benchmark.paired import BASELINES, REFERENCE, Pairing, Reading
 from rapt_audit.reporting.figures import pareto_points, pick_utility
 from rapt_audit.reporting.pareto import Point, pareto_front
 from rapt_audit.reporting.summary import Group, Row
@@ -42,28 +51,6 @@ from rapt_audit.scoring.metrics import declared
 
 FRACTIONS = (0.90, 0.95)
 RESAMPLES = 1000
-#: The defense whose utility is the ceiling, and which is shown for reference, never named best.
-REFERENCE = "identity"
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One defense's privacy at one target utility.
-
-    Attributes:
-        defense: The defense.
-        value: The reading with its bootstrap interval (``None``: not reached).
-        kind: ``interpolated``, ``measured`` (a setting lies at the target), ``lower bound``, ``not reached``,
-            ``reference`` (the no-privacy defense's own privacy) or ``not measured`` (the attack never ran on it).
-        between: The settings it was read from.
-        reached: The share of resamples in which the target was reached.
-    """
-
-    defense: str
-    value: Estimate | None
-    kind: str
-    between: tuple[str, ...] = ()
-    reached: float = 1.0
 
 
 @dataclass
@@ -76,6 +63,10 @@ class Matched:
     targets: dict[float, Estimate] = field(default_factory=dict)
     readings: dict[str, dict[float, list[Reading]]] = field(default_factory=dict)
     verdicts: dict[str, dict[float, str]] = field(default_factory=dict)
+    #: Attack → fraction → the candidates' probability of being best and rank intervals (paired readings only).
+    rankings: dict[str, dict[float, Ranking]] = field(default_factory=dict)
+    #: Attack → whether its readings are paired (:mod:`~rapt_audit.benchmark.paired`) or the unpaired fallback.
+    paired: dict[str, bool] = field(default_factory=dict)
     note: str = ""
 
 
@@ -149,7 +140,9 @@ def _by_defense(group: Group) -> dict[str, list[Row]]:
 
 def matched(group: Group, *, fractions: Sequence[float] = FRACTIONS, resamples: int = RESAMPLES,
             seed: int = 0) -> Matched:
-    """Read every defense of ``group`` at each fraction of the ceiling, for every measured attack."""
+    """Read every defense of ``group`` at each fraction of the ceiling, for every measured attack: paired
+    (:mod:`~rapt_audit.benchmark.paired`) where every result kept its per-record outcomes, else the parametric
+    bootstrap of this module's docstring (``paired[attack]`` says which)."""
     utility = pick_utility(group)
     out = Matched(group, utility)
     reference = [r for r in group.rows if r.defense == REFERENCE and utility in r.utility]
@@ -168,35 +161,53 @@ def matched(group: Group, *, fractions: Sequence[float] = FRACTIONS, resamples: 
         value = f * out.ceiling.value
         out.targets[f] = Estimate(value, float(min(lo, value)), float(max(hi, value)), out.ceiling.n,
                                   "bootstrap-parametric")
-    rows = _by_defense(group)
+    rows = {d: mine for d, mine in _by_defense(group).items() if d not in BASELINES}
+    pairing = Pairing.of(group, utility, ceiling_row, resamples, seed)
+    if pairing is not None:
+        out.ceiling, out.targets = pairing.ceiling(), {f: pairing.target(f) for f in fractions}
     for attack in group.measured_attacks:
-        sampled: dict[str, tuple[list[Point], list[np.ndarray], list[np.ndarray]]] = {}
-        for defense, mine in rows.items():
-            points = pareto_points(Group(group.signature, mine), attack, utility)
-            rows_of = [p.key for p in points]
-            # The ceiling's row is drawn once: its utility in a resample is the ceiling of that resample.
-            utilities = [ceilings if r is ceiling_row else _draws(r.utility[utility], len(r.seeds), rng, resamples,
-                                                                  utility) for r in rows_of]
-            privacies = [_draws(r.privacy[attack], len(r.seeds), rng, resamples, group.headline(attack))
-                         for r in rows_of]
-            sampled[defense] = (points, utilities, privacies)
         out.readings[attack], out.verdicts[attack] = {}, {}
-        for f in fractions:
-            readings, draws = [], {}
-            for defense, (points, us, ps) in sampled.items():
-                # The attack skipped (or failed on) every setting, or ran only where the defense adds no noise
-                # (SnD's mutual information declines clipped releases): no frontier to read, not a bound.
-                if not points or (defense != REFERENCE and all(p.key.no_privacy for p in points)):
-                    readings.append(Reading(defense, None, "not measured", (), 0.0))
-                    continue
-                value, kind, between = at_utility(points, f * out.ceiling.value)
-                draws[defense] = np.array([_resampled(points, us, ps, i, f * ceilings[i]) for i in range(resamples)])
-                # The reference has one setting: its privacy is what it is, not a bound on a frontier.
-                kind = "reference" if defense == REFERENCE and value is not None else kind
-                readings.append(_reading(defense, value, kind, between, draws[defense]))
-            out.readings[attack][f] = readings
-            out.verdicts[attack][f] = _verdict(readings, draws)
+        found = pairing.read(group, attack, rows, fractions) if pairing is not None else None
+        out.paired[attack] = found is not None
+        if found is None:
+            _unpaired(out, attack, rows, ceiling_row, ceilings, rng, resamples, fractions)
+            continue
+        out.rankings[attack] = {}
+        for f, (readings, ranking, said) in found.items():
+            out.readings[attack][f], out.rankings[attack][f], out.verdicts[attack][f] = readings, ranking, said
     return out
+
+
+def _unpaired(out: Matched, attack: str, rows: dict[str, list[Row]], ceiling_row: Row, ceilings: np.ndarray,
+              rng: np.random.Generator, resamples: int, fractions: Sequence[float]) -> None:
+    """The parametric bootstrap (this module's docstring): each setting redrawn from its seed-combined interval."""
+    group, utility = out.group, out.utility
+    assert out.ceiling is not None and utility is not None
+    sampled: dict[str, tuple[list[Point], list[np.ndarray], list[np.ndarray]]] = {}
+    for defense, mine in rows.items():
+        points = pareto_points(Group(group.signature, mine), attack, utility)
+        rows_of = [p.key for p in points]
+        # The ceiling's row is drawn once: its utility in a resample is the ceiling of that resample.
+        utilities = [ceilings if r is ceiling_row else _draws(r.utility[utility], len(r.seeds), rng, resamples,
+                                                              utility) for r in rows_of]
+        privacies = [_draws(r.privacy[attack], len(r.seeds), rng, resamples, group.headline(attack))
+                     for r in rows_of]
+        sampled[defense] = (points, utilities, privacies)
+    for f in fractions:
+        readings, draws = [], {}
+        for defense, (points, us, ps) in sampled.items():
+            # The attack skipped (or failed on) every setting, or ran only where the defense adds no noise
+            # (SnD's mutual information declines clipped releases): no frontier to read, not a bound.
+            if not points or (defense != REFERENCE and all(p.key.no_privacy for p in points)):
+                readings.append(Reading(defense, None, "not measured", (), 0.0))
+                continue
+            value, kind, between = at_utility(points, f * out.ceiling.value)
+            draws[defense] = np.array([_resampled(points, us, ps, i, f * ceilings[i]) for i in range(resamples)])
+            # The reference has one setting: its privacy is what it is, not a bound on a frontier.
+            kind = "reference" if defense == REFERENCE and value is not None else kind
+            readings.append(_reading(defense, value, kind, between, draws[defense]))
+        out.readings[attack][f] = readings
+        out.verdicts[attack][f] = _verdict(readings, draws) + " (unpaired)"
 
 
 def _resampled(points: Sequence[Point], us: Sequence[np.ndarray], ps: Sequence[np.ndarray], i: int,

@@ -37,13 +37,20 @@ SEEDS_NOTE = ("Seeds: each seed draws its own victim and attacker records (the s
               "record and the seed-to-seed variance. A setting's value is the mean over its seeds, with a 95 % "
               "Student-t interval over the per-seed estimates (n − 1 degrees of freedom: wide with 3 seeds, as it "
               "should be); a single seed keeps its record-bootstrap interval.")
-MATCHED_NOTE = ("Privacy at matched utility: each defense's Pareto frontier (its settings, seeds combined) read "
-                "at the target utility by linear interpolation between the two adjacent settings that bracket it; "
-                "'not reached' where no setting keeps that much utility (never extrapolated); '≥' where every "
-                "setting keeps more (the grid stops before the target: a lower bound). Intervals: a parametric "
-                "bootstrap that redraws the ceiling and every setting from its interval and reads the frontier "
-                "again. Best: the highest reading whose lead over every other defense stays above 0 in 97.5 % of "
-                f"the resamples; {REFERENCE} is the no-privacy reference, not a candidate.")
+MATCHED_NOTE = ("Privacy at matched utility: each seed's Pareto frontier of a defense's private settings is read at "
+                "the target, a share of that seed's own ceiling, by linear interpolation between the two settings "
+                "that bracket it, and the readings are averaged over the seeds; 'not reached' where no setting keeps "
+                "that much utility (never extrapolated), 'not bracketed' where only the no-privacy setting does (no "
+                "chord towards sending the text in the clear), '≥' where every private setting keeps more (the grid "
+                "stops before the target: a lower bound). Intervals: a paired hierarchical bootstrap — the seeds "
+                "drawn with replacement, then each drawn seed's victim records, jointly for every defense, since "
+                "each sees the same records at a seed (rapt_audit/scoring/hierarchical.py). Best: the highest "
+                "reading, with its probability of being best over the resamples; its lead over another defense is "
+                "established when it holds in enough resamples where either reaches the target (Holm over the "
+                "comparisons, one-sided 2.5 %; a joint non-reach is left out, not counted as a tie). "
+                f"{REFERENCE} is the no-privacy reference and the local-only baselines are utility references, never "
+                "candidates. Where results kept no per-record outcomes the verdict says '(unpaired)': a parametric "
+                "bootstrap from each setting's seed-combined interval.")
 
 
 CEILING_NOTE = ("No-privacy check: each defense at η = ∞ (ε = ∞) adds no noise, so under the same service it "
@@ -57,8 +64,8 @@ REACHED_SHOWN_BELOW = 0.95
 
 
 def _reading_text(reading: Reading) -> str:
-    if reading.value is None:
-        return "not measured" if reading.kind == "not measured" else "not reached"
+    if reading.value is None:  # not measured, not reached, not bracketed
+        return reading.kind
     text = ("≥ " if reading.kind == "lower bound" else "") + fmt_estimate(reading.value)
     if reading.reached < REACHED_SHOWN_BELOW:
         text += f" (reached in {100 * reading.reached:.0f} % of resamples)"

@@ -40,6 +40,7 @@ from rapt_audit.api.plugins import plugin_distributions
 from rapt_audit.api.types import AttackFailure, AttackResult, Estimate, Outcome, Skip
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.tidy import records_frame, tidy_records
+from rapt_audit.scoring.worst_case import MEASURE as WORST_CASE_MEASURE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -97,8 +98,11 @@ class RunResult:
                 attacks[name] = outcome.to_dict()
             else:
                 # The headline keeps its per-record parts: the regression gate compares them paired.
+                # So does the content privacy of an inversion attack: a benchmark's worst case over attacks is
+                # recomputed from them inside each paired resample (rapt_audit.scoring.hierarchical).
                 attacks[name] = {"empirical_privacy": outcome.empirical_privacy.to_dict(per_record=True),
-                                 "metrics": {k: v.to_dict() for k, v in outcome.metrics.items()},
+                                 "metrics": {k: v.to_dict(per_record=k == WORST_CASE_MEASURE)
+                                             for k, v in outcome.metrics.items()},
                                  "details": dict(outcome.details)}
         # Accuracy keeps its per-record outcomes too: every defense is scored on the same victim-test
         # records, so the claims compare utilities paired (rapt_audit.reporting.claims).

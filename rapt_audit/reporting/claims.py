@@ -10,11 +10,11 @@ The claims (RAPT v3 and the papers it compares with), read from the results of a
 * RAPT Pareto-dominates CAPE and DPNR (utility against each attack's empirical privacy).
 
 Each comparison is a difference of two estimates of one comparable group (same data, splits, model,
-profile and attacks; never across groups) with a 95 % interval: *paired* where both rows are single
-runs of one seed (hence of the same victim-test records) that kept per-record outcomes, as every
-attack's headline and the task accuracy do (the regression gate's bootstrap over the same resampled
-records, :func:`rapt_audit.scoring.stats.paired_drop`), otherwise from the two intervals as
-independent (the gate's unpaired rule), which is what several seeds combined and older results give.
+profile and attacks; never across groups) with a 95 % interval: *paired* where both rows were measured at
+the same seeds and kept per-record outcomes, as every attack's headline and the task accuracy do (the
+hierarchical paired bootstrap, :mod:`rapt_audit.scoring.hierarchical`: the seeds, then each seed's victim
+records, drawn jointly for both rows, since every defense at a seed sees the same records), otherwise from the
+two intervals as independent (the gate's unpaired rule), which is what slimmed and older results give.
 A claim is **supported** when every comparison it makes goes its way beyond its interval, **not
 supported** when one goes significantly the other way, **inconclusive** when neither, and **not
 evaluable** when the results hold no comparison for it. "Equally private" and "not lower" need
@@ -32,16 +32,17 @@ import json
 import math
 import zlib
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from rapt_audit.api.plugins import ATTACKS, load as load_plugins
 from rapt_audit.api.types import AttackResult, Estimate
 from rapt_audit.pipeline.tidy import params_json
-from rapt_audit.reporting.check import DEFAULT_Z, unpaired_half_width
+from rapt_audit.reporting.check import unpaired_half_width
 from rapt_audit.reporting.collect import collect
 from rapt_audit.reporting.markdown import markdown_text
+from rapt_audit.reporting.paired_rows import privacy_measures, utility_measures
 from rapt_audit.reporting.summary import Group, Row, group_results
-from rapt_audit.scoring.stats import paired_drop
+from rapt_audit.scoring.hierarchical import Measure, paired_difference
 
 #: Two defenses count as equally private when the 95 % interval of their difference in empirical
 #: privacy lies inside ± this (an absolute difference of five points of an attack's success rate).
@@ -85,46 +86,53 @@ class Verdict:
     points: tuple[str, ...] = ()
 
 
-def difference(a: Row, b: Row, measure: Callable[[Row], Estimate | None], label: str) -> Difference | None:
-    """``measure(a) − measure(b)`` with its 95 % interval (paired where both rows allow it); None if unmeasured."""
+@dataclass(frozen=True)
+class Measured:
+    """A row's measure: its estimate (a single run's own, several seeds' combined) and, for a paired comparison,
+    its per-seed measures (:mod:`rapt_audit.reporting.paired_rows`; None where a run kept no per-record parts)."""
+
+    estimate: Callable[[Row], Estimate | None]
+    per_seed: Callable[[Row], Mapping[int, Measure] | None]
+
+    def __call__(self, row: Row) -> Estimate | None:
+        return self.estimate(row)
+
+
+def difference(a: Row, b: Row, measure: Measured, label: str) -> Difference | None:
+    """``measure(a) − measure(b)`` with its 95 % interval (paired where both rows allow it); None if unmeasured.
+
+    Paired: both rows measured at the same seeds, every run with its per-record parts; the hierarchical paired
+    bootstrap (:func:`rapt_audit.scoring.hierarchical.paired_difference`: seeds, then each seed's records, drawn
+    jointly for both rows). Otherwise from the two intervals as independent (the gate's unpaired rule)."""
     ea, eb = measure(a), measure(b)
     if ea is None or eb is None:
         return None
     diff = ea.value - eb.value
-    if (ea.per_record is not None and eb.per_record is not None and len(ea.per_record) == len(eb.per_record)
-            and _same_records(a, b)):
-        # paired_drop bounds base − new = b − a one-sided at Φ(z): at z = 1.96 a two-sided 95 % interval.
-        _, lower, upper = paired_drop(eb.per_record, ea.per_record, higher_is_better=True, z=DEFAULT_Z,
-                                      seed=zlib.crc32(label.encode("utf-8")))
-        return Difference(label, diff, -upper, -lower, "paired")
+    ma, mb = measure.per_seed(a), measure.per_seed(b)
+    if ma is not None and mb is not None and ma and set(ma) == set(mb):
+        found = paired_difference(ma, mb, seed=zlib.crc32(label.encode("utf-8")))
+        return Difference(label, diff, min(found.ci_low, diff), max(found.ci_high, diff), "paired")
     half = unpaired_half_width(ea, eb)
     return Difference(label, diff, diff - half, diff + half, "unpaired")
 
 
-def _same_records(a: Row, b: Row) -> bool:
-    """Whether two rows are single runs over the same records in the same order.
-
-    Their comparable group fixes the data and the split sizes, and the run seed shuffles the split:
-    runs of other seeds hold other victim-test records, which a paired comparison must not match up.
-    """
-    return len(a.runs) == len(b.runs) == 1 and a.seeds == b.seeds
-
-
-def utility_of(row: Row) -> Estimate | None:
-    """The row's task accuracy: a single run's own estimate, which keeps its per-record outcomes for a
-    paired comparison (results written before it did have none), several seeds' combined one."""
+def _utility_estimate(row: Row) -> Estimate | None:
     return row.runs[0].result.utility.get("accuracy") if len(row.runs) == 1 else row.utility.get("accuracy")
 
 
-def privacy_of(attack: str) -> Callable[[Row], Estimate | None]:
+#: The row's task accuracy: a single run's own estimate, several seeds' combined one.
+utility_of = Measured(_utility_estimate, lambda row: utility_measures(row, "accuracy"))
+
+
+def privacy_of(attack: str) -> Measured:
     """``row → empirical privacy of attack`` (None where it was skipped, failed or not run); a single run's own
-    estimate, which keeps its per-record outcomes for a paired comparison, several seeds' combined one."""
-    def measure(row: Row) -> Estimate | None:
+    estimate, several seeds' combined one."""
+    def estimate(row: Row) -> Estimate | None:
         outcome = row.runs[0].result.attacks.get(attack) if len(row.runs) == 1 else row.privacy.get(attack)
         if isinstance(outcome, AttackResult):
             return outcome.empirical_privacy
         return outcome if isinstance(outcome, Estimate) else None  # skipped, failed or not run
-    return measure
+    return Measured(estimate, lambda row: privacy_measures(row, attack, row.headline.get(attack, "empirical_privacy")))
 
 
 def attacks_of(group: Group) -> list[str]:

@@ -1,0 +1,174 @@
+"""Privacy at matched utility, paired (issue #38 item 3): the hierarchical bootstrap over seeds and records.
+
+Each test builds results that keep per-record outcomes, as the runner writes them, and checks a property the
+paired reading must have and the unpaired one lacks (or a definition it must agree with).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rapt_audit.api.types import AttackResult, Estimate, PerRecord
+from rapt_audit.reporting.paired_rows import privacy_measures, utility_measures
+from rapt_audit.scoring.hierarchical import Resampler, rank, read_frontier
+from rapt_audit.benchmark.matched import at_utility, matched
+from rapt_audit.reporting.collect import Loaded
+from rapt_audit.reporting.pareto import Point
+from rapt_audit.reporting.summary import group_results
+from tests.result_factory import fake_result
+
+N = 200  # victim records per seed
+
+
+def _parts(hits: np.ndarray) -> Estimate:
+    parts = PerRecord(tuple(hits.astype(float).tolist()), (1.0,) * hits.size)
+    return Estimate(parts.value, max(0.0, parts.value - 0.05), min(1.0, parts.value + 0.05), hits.size,
+                    "bootstrap-percentile", per_record=parts)
+
+
+def _result(defense: str, eta: float | None, seed: int, correct: np.ndarray, private: np.ndarray,
+            keep_parts: bool = True) -> Loaded:
+    """A result whose accuracy and whitebox privacy are the means of ``correct`` and ``private`` (0/1 per record)."""
+    base = fake_result(defense=defense, eta=eta, seed=seed, privacy={"whitebox": 0.5})
+    utility, privacy = _parts(correct), _parts(private)
+    if not keep_parts:
+        utility, privacy = replace(utility, per_record=None), replace(privacy, per_record=None)
+    result = replace(base, utility={"accuracy": utility},
+                     attacks={"whitebox": AttackResult(privacy, {"token_accuracy": privacy.complement()}, {})})
+    return Loaded(Path(f"/{defense}-{eta}-{seed}/result.json"), result)
+
+
+def _bits(rng: np.random.Generator, rate: float) -> np.ndarray:
+    return (rng.random(N) < rate).astype(float)
+
+
+def _group(shift: float, *, keep_parts: bool = True, seeds: int = 3):
+    """identity, and two defenses a and b with two private settings and a no-privacy one each; b's privacy is a's
+    with ``shift`` of the records flipped from private to leaked (the same records at every setting and seed)."""
+    rng = np.random.default_rng(7)
+    runs = []
+    for seed in range(seeds):
+        ceiling = _bits(rng, 0.85)
+        runs.append(_result("identity", None, seed, ceiling, _bits(rng, 0.05), keep_parts))
+        for eta, (acc, priv) in {25.0: (0.70, 0.60), 100.0: (0.82, 0.30), math.inf: (0.85, 0.02)}.items():
+            correct = np.where(rng.random(N) < 0.9, ceiling, _bits(rng, acc))  # mostly the ceiling's own records
+            correct[: int(N * (0.85 - acc))] = 0.0
+            private = _bits(rng, priv)
+            leaked = private.copy()
+            leaked[np.flatnonzero(private)[: int(shift * N)]] = 0.0
+            runs.append(_result("a", eta, seed, correct, private, keep_parts))
+            runs.append(_result("b", eta, seed, correct, leaked, keep_parts))
+    (group,) = group_results(runs)
+    return group
+
+
+def test_the_vectorised_frontier_reads_as_the_scalar_definition_on_random_settings():
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        k = int(rng.integers(1, 6))
+        utility = np.round(rng.random(k), 1)  # coarse values, so ties and exact hits occur
+        privacy = np.round(rng.random(k), 1)
+        target = float(np.round(rng.random(), 1))
+        value, kind, between = at_utility([Point(u, p, str(i)) for i, (u, p) in enumerate(zip(utility, privacy))],
+                                          target)
+        got, code, above, below = read_frontier(utility[None], privacy[None], np.array([target]))
+        if value is None:
+            assert math.isnan(got[0]) and code[0] == 0
+            continue
+        assert got[0] == pytest.approx(value)
+        assert {"interpolated": 1, "measured": 2, "lower bound": 3}[kind] == code[0]
+        read = tuple(str(i) for i in (below[0], above[0]) if i >= 0)
+        assert sorted(read) == sorted(between) or utility[list(map(int, read))].tolist() == [
+            utility[int(b)] for b in between]
+
+
+def test_identical_defenses_are_identical_in_every_resample_and_never_separated():
+    group = _group(0.0)
+    table = matched(group, resamples=300)
+    assert table.paired["whitebox"]
+    a, b = (next(r for r in table.readings["whitebox"][0.9] if r.defense == d) for d in "ab")
+    assert a.value == b.value and a.kind == b.kind
+    ranking = table.rankings["whitebox"][0.9]
+    assert ranking.p_best["a"] == pytest.approx(0.5) and ranking.p_best["b"] == pytest.approx(0.5)
+    assert "no significant difference" in table.verdicts["whitebox"][0.9]
+
+
+def test_a_small_shift_on_the_same_records_is_separated_paired_and_not_unpaired():
+    paired = matched(_group(0.02), resamples=400)
+    unpaired = matched(_group(0.02, keep_parts=False), resamples=400)
+    assert paired.paired["whitebox"] and not unpaired.paired["whitebox"]
+    assert paired.verdicts["whitebox"][0.9].startswith("a (P(best) 1.00)")
+    assert paired.rankings["whitebox"][0.9].ranks["a"] == (1, 1)
+    assert unpaired.verdicts["whitebox"][0.9].startswith("no significant difference")
+    assert unpaired.verdicts["whitebox"][0.9].endswith("(unpaired)")
+
+
+def test_the_same_records_are_drawn_for_every_defense_at_a_seed_and_seeds_are_drawn_jointly():
+    group = _group(0.0)
+    rows = {(r.defense, r.setting): r for r in group.rows}
+    resampler = Resampler([0, 1, 2], 50, np.random.default_rng(1))
+    a = resampler.values(privacy_measures(rows[("a", "η=25")], "whitebox", "empirical_privacy"))
+    b = resampler.values(privacy_measures(rows[("b", "η=25")], "whitebox", "empirical_privacy"))
+    assert np.array_equal(a, b) and np.unique(a).size > 10  # resampled, and identically for both
+    u = resampler.values(utility_measures(rows[("identity", "no privacy")], "accuracy"))
+    assert u.shape == (50, 3) and np.all((u > 0.7) & (u < 0.97))
+
+
+def test_a_joint_non_reach_is_left_out_not_counted_as_a_tie():
+    lead = np.array([0.5] * 60 + [np.nan] * 40)
+    never = np.full(100, np.nan)
+    ranking = rank({"a": lead, "b": never}, "a")
+    assert ranking.established == {"b": True} and ranking.compared == 60 and ranking.p_best["a"] == 1.0
+
+
+def test_a_target_only_the_no_privacy_setting_reaches_is_not_bracketed():
+    group = _group(0.0)
+    table = matched(group, fractions=(0.98,), resamples=100)
+    reading = next(r for r in table.readings["whitebox"][0.98] if r.defense == "a")
+    assert reading.value is None and reading.kind == "not bracketed"
+
+
+def test_results_without_per_record_outcomes_fall_back_to_the_unpaired_reading_and_say_so():
+    table = matched(_group(0.0, keep_parts=False), resamples=100)
+    assert table.paired == {"whitebox": False} and table.rankings == {}
+    assert all(v.endswith("(unpaired)") for v in table.verdicts["whitebox"].values())
+
+
+def test_the_worst_case_is_the_minimum_of_its_attacks_content_privacy_inside_each_resample():
+    rng = np.random.default_rng(3)
+    first, second = _parts(_bits(rng, 0.6)), _parts(_bits(rng, 0.5))
+    attacks = {"whitebox": AttackResult(first, {"content_privacy": first}, {}),
+               "mlp_inversion": AttackResult(second, {"content_privacy": second}, {}),
+               "worst_case": AttackResult(second, {"worst_case_privacy": second},
+                                          {"over": ["mlp_inversion", "whitebox"]})}
+    result = replace(fake_result(defense="t2t", eta=50.0), attacks=attacks)
+    # Written and read back: the content privacy keeps its per-record parts in the file.
+    stored = type(result).from_dict(result.to_dict())
+    assert stored.attacks["whitebox"].metrics["content_privacy"].per_record == first.per_record
+    (row,) = group_results([Loaded(Path("/t2t/result.json"), stored)]).pop().rows
+    resampler = Resampler([0], 200, np.random.default_rng(5))
+    worst = resampler.values(privacy_measures(row, "worst_case", "worst_case_privacy"))
+    each = [resampler.values(privacy_measures(row, name, "empirical_privacy"))
+            for name in ("whitebox", "mlp_inversion")]
+    assert np.array_equal(worst, np.minimum(*each)) and (each[0] < each[1]).any() and (each[0] > each[1]).any()
+
+
+def test_claims_pair_rows_of_several_seeds_so_identical_outcomes_differ_by_exactly_zero():
+    from rapt_audit.reporting.claims import difference, privacy_of, utility_of
+
+    rows = {(r.defense, r.setting): r for r in _group(0.0).rows}
+    same = difference(rows[("a", "η=25")], rows[("b", "η=25")], privacy_of("whitebox"), "a − b")
+    assert same.method == "paired" and same.value == same.low == same.high == 0.0
+    shifted = {(r.defense, r.setting): r for r in _group(0.02).rows}
+    lead = difference(shifted[("a", "η=25")], shifted[("b", "η=25")], privacy_of("whitebox"), "a − b")
+    assert lead.method == "paired" and lead.low > 0  # 2 % of the records, the same ones at every seed
+    loose = {(r.defense, r.setting): r for r in _group(0.02, keep_parts=False).rows}
+    unpaired = difference(loose[("a", "η=25")], loose[("b", "η=25")], privacy_of("whitebox"), "a − b")
+    assert unpaired.method == "unpaired" and unpaired.low < 0 < unpaired.high
+    gain = difference(rows[("a", "η=100")], rows[("a", "η=25")], utility_of, "η=100 − η=25")
+    assert gain.method == "paired" and gain.low > 0
