@@ -11,5 +11,5 @@ every core layer below ``pipeline`` (the ``ctx`` they are handed is typed by the
 :class:`rapt_audit.api.context.RunContext`); they never import an attack.
 """
 
-from rapt_audit.defenses import (cape, custext, dpnr, embedding, identity, mahalanobis, pct2t, rapt,  # noqa: F401
-                                 santext, snd, t2t, tem, vickrey)
+from rapt_audit.defenses import (cape, custext, dpnr, embedding, identity, local, mahalanobis, pct2t,  # noqa: F401
+                                 rapt, santext, snd, t2t, tem, vickrey)

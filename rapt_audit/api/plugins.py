@@ -158,8 +158,9 @@ def plugin_problem(kind: str, obj: Any) -> str | None:
     if undecorated:
         return undecorated[0]
     kinds = getattr(obj, attribute, None)
-    if not isinstance(kinds, (set, frozenset)) or not kinds or not kinds <= RELEASE_KINDS:
-        return (f"{name}.{attribute} must be a non-empty frozenset of release kinds "
+    # A defense may expose nothing (a local-only baseline, issue #38); an attack must read something.
+    if not isinstance(kinds, (set, frozenset)) or (not kinds and kind == "attack") or not kinds <= RELEASE_KINDS:
+        return (f"{name}.{attribute} must be a {'non-empty ' if kind == 'attack' else ''}frozenset of release kinds "
                 f"({', '.join(sorted(RELEASE_KINDS))}), got {kinds!r}")
     missing = [m for m in methods if not callable(getattr(obj, m, None))]
     if missing:

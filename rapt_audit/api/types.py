@@ -87,8 +87,9 @@ def pair_text(text: str, pair: str | None) -> str:
 class Release:
     """What the adversary observes for a batch of records, in the records' order.
 
-    Exactly one or more of ``texts``, ``token_embeddings`` and ``sequence_embeddings`` is set,
-    matching the defense's ``exposes`` set.
+    One or more of ``texts``, ``token_embeddings`` and ``sequence_embeddings`` is set, matching the
+    defense's ``exposes`` set; none only for a defense that exposes nothing (a local-only baseline,
+    ``defenses/local.py``), whose release no attack can read.
 
     Attributes:
         uids: The uids of the released records, in order.

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from rapt_audit.api.params import get_params
 from rapt_audit.pipeline import runner
+from rapt_audit.pipeline.contracts import unreadable_release
 from rapt_audit.pipeline.sweep import Cell
 
 FOOTER = "dry run: the configuration is valid; nothing was run or written (drop --dry-run to run it)"
@@ -38,8 +39,8 @@ def plan_rows(checked: runner.Plan) -> list[tuple[str, str]]:
     (:func:`known_skip`); an attack may still decline at run time for reasons only the run sees.
     """
     config, defense, dataset = checked.config, checked.defense, checked.dataset
-    exposes = sorted(defense.exposes)
-    rows = [("defense", f"{config.defense} (releases {', '.join(exposes)}): {_params(get_params(defense))}")]
+    exposes = ", ".join(sorted(defense.exposes)) or "nothing"
+    rows = [("defense", f"{config.defense} (releases {exposes}): {_params(get_params(defense))}")]
     kind = "SYNTHETIC DEMO DATA" if dataset.synthetic else dataset.source
     labels = "" if dataset.has_labels else "; no task labels, so utility is not measured"
     rows.append(("dataset", f"{dataset.name}, {len(dataset.records)} records ({kind}){labels}"))
@@ -69,9 +70,8 @@ def known_skip(attack: Any, checked: runner.Plan) -> str | None:
     ``attribute`` parameter names the private attribute it infers) skips when none of the
     attacker's training records carries that attribute (SST-2 carries none), as its ``fit`` would.
     """
-    exposes = checked.defense.exposes
-    if not attack.requires & exposes:
-        return f"needs {' or '.join(sorted(attack.requires))}; defense releases {', '.join(sorted(exposes))}"
+    if (reason := unreadable_release(attack.requires, checked.defense.exposes, checked.config.defense)) is not None:
+        return reason
     attribute = getattr(attack, "attribute", None)
     train = checked.splits.attacker.train
     if isinstance(attribute, str) and not any(r.attributes.get(attribute) not in (None, "") for r in train):

@@ -137,7 +137,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for entry in registries[kind].entries():
             extra = ""
             if kind == "defenses":
-                extra = f" [releases {', '.join(sorted(entry.obj.exposes))}]"
+                extra = f" [releases {', '.join(sorted(entry.obj.exposes)) or 'nothing'}]"
             elif kind == "attacks":
                 extra = f" [needs {' or '.join(sorted(entry.obj.requires))}]"
             elif kind == "metrics":

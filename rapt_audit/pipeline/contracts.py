@@ -85,7 +85,8 @@ def check_release(name: str, exposes: frozenset[str], release: Any, records: Seq
     if not isinstance(release, Release):
         raise _broken("defense", name, "release", "a rapt_audit Release", _got(release))
     kinds = release.kinds
-    if not kinds or not kinds <= exposes:
+    # Empty only for a defense that exposes nothing (a local-only baseline, issue #38): it releases nothing.
+    if (exposes and not kinds) or not kinds <= exposes:
         raise _broken("defense", name, "release", f"a Release of the kinds it exposes ({', '.join(sorted(exposes))})",
                       f"one of kinds {', '.join(sorted(kinds)) or 'none'}")
     uids = tuple(r.uid for r in records)
@@ -128,9 +129,12 @@ def check_utility(name: str, utility: Any) -> dict[str, Estimate]:
 
 def unreadable_release(requires: frozenset[str], kinds: frozenset[str], defense: str) -> str | None:
     """Why an attack that reads ``requires`` cannot attack a release of ``kinds`` from ``defense`` (the
-    skip reason results record), or ``None`` when it can."""
+    skip reason results record), or ``None`` when it can. A release of no kind is a local-only baseline's."""
     if requires & kinds:
         return None
+    if not kinds:
+        return (f"does not apply: defense {defense} releases nothing (a local-only baseline: the text never "
+                "leaves the client, so there is nothing to attack)")
     return (f"needs a release of kind {' or '.join(sorted(requires))}; defense {defense} releases "
             f"{', '.join(sorted(kinds))}")
 

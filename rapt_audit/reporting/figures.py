@@ -32,7 +32,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 #: The built-in defenses, each with a fixed place: its colour and marker are the same in every figure of every
 #: report (a new built-in is appended, so the others keep theirs).
 BUILT_IN_STYLES = ("identity", "t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr", "santext", "custext",
-                   "tem", "mahalanobis", "vickrey")
+                   "tem", "mahalanobis", "vickrey", "local")
 #: How many of the 56 places (colour × marker) plugins hash into, counted down from the last.
 PLUGIN_PLACES = 32
 #: Figures are drawn for print and zoom: 200 dpi (110 before; the PNGs looked blurred at twice the size).
