@@ -172,3 +172,47 @@ def test_claims_pair_rows_of_several_seeds_so_identical_outcomes_differ_by_exact
     assert unpaired.method == "unpaired" and unpaired.low < 0 < unpaired.high
     gain = difference(rows[("a", "η=100")], rows[("a", "η=25")], utility_of, "η=100 − η=25")
     assert gain.method == "paired" and gain.low > 0
+
+
+def _with_local(rate: float):
+    """:func:`_group`'s rows and two local-only baselines whose accuracy is the ceiling's records at ``rate``."""
+    rng = np.random.default_rng(11)
+    group = _group(0.02)
+    runs = [run for row in group.rows for run in row.runs]
+    for row in [r for r in group.rows if r.defense == "identity"]:
+        for run in row.runs:
+            for client, drop in (("table", rate), ("bow", rate + 0.05)):
+                correct = np.array(run.result.utility["accuracy"].per_record.num)
+                correct[rng.random(N) < drop] = 0.0
+                local = _result("local", None, seed_of_run(run), correct, np.zeros(N))
+                local.result.defense["params"] = {"client": client}
+                config = {**local.result.config, "defense_args": {"client": client}}
+                runs.append(replace(local, path=Path(f"/local-{client}-{seed_of_run(run)}/result.json"),
+                                    result=replace(local.result, attacks={}, config=config,
+                                                   cell_id=f"local-{client}-{seed_of_run(run)}")))
+    (grouped,) = group_results(runs)
+    return grouped
+
+
+def seed_of_run(run: Loaded) -> int:
+    return int(run.result.config["seed"])
+
+
+def test_every_setting_is_compared_paired_with_sending_nothing_and_the_baselines_are_never_candidates():
+    from rapt_audit.benchmark.render import local_rows
+
+    table = matched(_with_local(0.10), resamples=300)
+    margins = {(m.row.defense, m.row.setting): m for m in table.against_local}
+    assert not any(d == "local" for d, _ in margins)  # the baselines are the reference, not compared
+    assert margins[("a", "η=100")].verdict == "beats sending nothing"  # 0.80 against the best client's ~0.75
+    assert margins[("a", "η=25")].verdict == "below sending nothing"  # 0.70
+    assert margins[("identity", "no privacy")].share.value == pytest.approx(1.0)  # the ceiling keeps all its gain
+    assert all(r.defense != "local" for r in table.readings["whitebox"][0.9])
+    rows = local_rows(table)
+    assert [r[0] for r in rows[:2]] == ["local", "local"] and rows[0][3] == "local-only baseline"
+    # The margin is paired: the best client's draws are subtracted on the same seeds and records, so it is far
+    # narrower than the two rows' own intervals combined as if independent.
+    ceiling = margins[("identity", "no privacy")].margin
+    local = next(r for r in table.group.rows if r.setting == "client=table").utility["accuracy"]
+    independent = math.hypot(table.ceiling.ci_high - table.ceiling.ci_low, local.ci_high - local.ci_low)
+    assert ceiling.ci_high - ceiling.ci_low < 0.6 * independent

@@ -43,10 +43,10 @@ import numpy as np
 
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.hierarchical import Ranking
-from rapt_audit.benchmark.paired import BASELINES, REFERENCE, Pairing, Reading
+from rapt_audit.benchmark.paired import REFERENCE, Margin, Pairing, Reading
 from rapt_audit.reporting.figures import pareto_points, pick_utility
 from rapt_audit.reporting.pareto import Point, pareto_front
-from rapt_audit.reporting.summary import Group, Row
+from rapt_audit.reporting.summary import Group, Row, is_local_baseline
 from rapt_audit.scoring.metrics import declared
 
 FRACTIONS = (0.90, 0.95)
@@ -65,6 +65,8 @@ class Matched:
     verdicts: dict[str, dict[float, str]] = field(default_factory=dict)
     #: Attack → fraction → the candidates' probability of being best and rank intervals (paired readings only).
     rankings: dict[str, dict[float, Ranking]] = field(default_factory=dict)
+    #: Each setting's utility against sending nothing (the local-only baselines; paired results only).
+    against_local: list[Margin] = field(default_factory=list)
     #: Attack → whether its readings are paired (:mod:`~rapt_audit.benchmark.paired`) or the unpaired fallback.
     paired: dict[str, bool] = field(default_factory=dict)
     note: str = ""
@@ -161,10 +163,11 @@ def matched(group: Group, *, fractions: Sequence[float] = FRACTIONS, resamples: 
         value = f * out.ceiling.value
         out.targets[f] = Estimate(value, float(min(lo, value)), float(max(hi, value)), out.ceiling.n,
                                   "bootstrap-parametric")
-    rows = {d: mine for d, mine in _by_defense(group).items() if d not in BASELINES}
+    rows = {d: mine for d, mine in _by_defense(group).items() if not is_local_baseline(d)}
     pairing = Pairing.of(group, utility, ceiling_row, resamples, seed)
     if pairing is not None:
         out.ceiling, out.targets = pairing.ceiling(), {f: pairing.target(f) for f in fractions}
+        out.against_local = pairing.against_local()
     for attack in group.measured_attacks:
         out.readings[attack], out.verdicts[attack] = {}, {}
         found = pairing.read(group, attack, rows, fractions) if pairing is not None else None

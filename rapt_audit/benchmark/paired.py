@@ -28,13 +28,10 @@ from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.paired_rows import privacy_measures, utility_measures
 from rapt_audit.scoring.hierarchical import (LOWER_BOUND, MEASURED, NOT_REACHED, Measure, Ranking, Resampler,
                                              interval, rank, read_frontier)
-from rapt_audit.reporting.summary import Group, Row
+from rapt_audit.reporting.summary import Group, Row, is_local_baseline
 
 #: The defense whose utility is the ceiling, and which is shown for reference, never named best.
 REFERENCE = "identity"
-#: Rows that are references for utility, never candidates for privacy: the local-only baselines (issue #38)
-#: release nothing, so no attack reads them.
-BASELINES = frozenset({"local"})
 
 
 @dataclass(frozen=True)
@@ -67,6 +64,24 @@ class _Defense:
     privacy: np.ndarray
     utility_point: np.ndarray  # seeds × settings
     privacy_point: np.ndarray
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A setting's utility over sending nothing: ``margin`` (its utility minus the best local-only baseline's,
+    paired) and ``share`` (of the service's gain over that baseline it keeps; None when the service gains
+    nothing)."""
+
+    row: Row
+    margin: Estimate
+    share: Estimate | None
+
+    @property
+    def verdict(self) -> str:
+        """``beats sending nothing``, ``below sending nothing`` or ``not established`` (the margin's interval)."""
+        if self.margin.ci_low > 0:
+            return "beats sending nothing"
+        return "below sending nothing" if self.margin.ci_high < 0 else "not established"
 
 
 class Pairing:
@@ -128,6 +143,27 @@ class Pairing:
             out[f] = (readings, *verdict(readings, draws))
         return out
 
+    def against_local(self) -> list[Margin]:
+        """Every measured setting's utility against sending nothing: the best local-only baseline's utility (the
+        best client on each resample's drawn seed and records, which favours the baseline) subtracted, paired,
+        and the share of the service's gain over it (identity's utility minus it) that the setting keeps."""
+        local = [r for r in self.rows if is_local_baseline(r.defense) and id(r) in self.utilities]
+        if not local:
+            return []
+        best = np.stack([self._cached(self.utilities[id(r)]) for r in local], axis=-1).max(axis=-1)
+        best_point = np.stack([self.resampler.point(self.utilities[id(r)]) for r in local], axis=-1).max(axis=-1)
+        gain, gain_point = (self.ceilings - best).mean(axis=-1), float((self.ceiling_point - best_point).mean())
+        out = []
+        for row in self.rows:
+            if is_local_baseline(row.defense) or id(row) not in self.utilities:
+                continue
+            drawn = (self._cached(self.utilities[id(row)]) - best).mean(axis=-1)
+            point = float((self.resampler.point(self.utilities[id(row)]) - best_point).mean())
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = interval(point / gain_point, drawn / gain) if gain_point > 0 else None
+            out.append(Margin(row, interval(point, drawn), share))
+        return out
+
     def _cached(self, measures: Mapping[int, Measure]) -> np.ndarray:
         key = id(measures)
         if key not in self._values:
@@ -179,9 +215,10 @@ class Pairing:
 
 def verdict(readings: Sequence[Reading], draws: Mapping[str, np.ndarray]) -> tuple[Ranking, str]:
     """The ranking of the candidates and the best verdict's text (this module's docstring)."""
-    candidates = [r for r in readings if r.defense not in {REFERENCE, *BASELINES} and r.value is not None]
+    candidates = [r for r in readings if r.defense != REFERENCE and not is_local_baseline(r.defense)
+                  and r.value is not None]
     best = max(candidates, key=lambda r: r.value.value) if candidates else None  # type: ignore[union-attr]
-    ranking = rank({d: v for d, v in draws.items() if d not in BASELINES}, best.defense if best else None)
+    ranking = rank({d: v for d, v in draws.items() if not is_local_baseline(d)}, best.defense if best else None)
     if best is None:
         return ranking, "no defense reaches it"
     chance = f"P(best) {ranking.p_best.get(best.defense, 0.0):.2f}"
@@ -197,4 +234,4 @@ def verdict(readings: Sequence[Reading], draws: Mapping[str, np.ndarray]) -> tup
     return ranking, f"{best.defense} ({chance})"
 
 
-__all__ = ["BASELINES", "Pairing", "REFERENCE", "Reading", "verdict"]
+__all__ = ["Margin", "Pairing", "REFERENCE", "Reading", "verdict"]

@@ -27,7 +27,7 @@ from rapt_audit.reporting.claims import evaluate, format_markdown
 from rapt_audit.reporting.leaderboard import render_leaderboard
 from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.report import write_report
-from rapt_audit.reporting.summary import fmt_estimate, group_results
+from rapt_audit.reporting.summary import fmt_estimate, group_results, is_local_baseline
 
 e = html.escape
 
@@ -56,6 +56,26 @@ MATCHED_NOTE = ("Privacy at matched utility: each seed's Pareto frontier of a de
 CEILING_NOTE = ("No-privacy check: each defense at η = ∞ (ε = ∞) adds no noise, so under the same service it "
                 f"should land inside {REFERENCE}'s interval; a defense whose service differs says so "
                 "(rapt_audit/benchmark/ceiling.py).")
+
+
+LOCAL_NOTE = ("Against sending nothing: the local-only baselines classify on the client with what it already holds "
+              "and its own labelled data, releasing nothing (defenses/local.py). Each setting's utility minus the best "
+              "of them (the best client in each resample, which favours the baseline), paired over seeds and records, "
+              "and the share of the service's gain over that baseline (identity's utility minus it) the setting keeps.")
+LOCAL_HEAD = ("defense", "setting", "utility", "over the best local-only baseline", "share of the service's gain kept",
+              "verdict")
+
+
+def local_rows(table: Matched) -> list[tuple[str, ...]]:
+    """The against-sending-nothing table's rows (:data:`LOCAL_HEAD`): the baselines, then every other setting."""
+    if not table.against_local or table.utility is None:
+        return []
+    baselines = [r for r in table.group.rows if is_local_baseline(r.defense) and table.utility in r.utility]
+    rows = [(r.defense, r.setting, fmt_estimate(r.utility[table.utility]), "local-only baseline", "", "")
+            for r in baselines]
+    return rows + [(m.row.defense, m.row.setting, fmt_estimate(m.row.utility[table.utility]), fmt_estimate(m.margin),
+                    fmt_estimate(m.share) if m.share is not None else "no gain to keep", m.verdict)
+                   for m in table.against_local]
 
 
 #: A reading says in how many resamples its target was reached only below this share: above it the note was noise
@@ -135,6 +155,11 @@ def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched
                              f"<tr><th scope='row'>{e(c.defense)}</th><td>{e(c.setting)}</td><td class='num'>"
                              f"{e(fmt_estimate(c.utility) if c.utility else '–')}</td><td>{e(c.text(table.ceiling))}"
                              "</td></tr>" for c in checks) + "</tbody></table>")
+        if (against := local_rows(table)):
+            parts.append(f"<p class='note'>{e(LOCAL_NOTE)}</p><table><thead><tr>"
+                         + "".join(f"<th>{e(h)}</th>" for h in LOCAL_HEAD) + "</tr></thead><tbody>" + "".join(
+                             f"<tr><th scope='row'>{e(r[0])}</th>" + "".join(f"<td>{e(v)}</td>" for v in r[1:]) + "</tr>"
+                             for r in against) + "</tbody></table>")
         attacks = _attacks(table)
         for f in FRACTIONS:
             head = "".join(f"<th>{e(a)}</th>" for a in attacks)
@@ -176,6 +201,9 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
             lines += [f"| {t(c.defense)} | {t(c.setting)} | {fmt_estimate(c.utility) if c.utility else '–'} | "
                       f"{t(c.text(table.ceiling))} |" for c in checks]
             lines.append("")
+        if (against := local_rows(table)):
+            lines += [t(LOCAL_NOTE), "", "| " + " | ".join(LOCAL_HEAD) + " |", "|---|---|---:|---:|---:|---|"]
+            lines += ["| " + " | ".join(t(v) for v in r) + " |" for r in against] + [""]
         attacks = _attacks(table)
         for f in FRACTIONS:
             lines += [f"**Utility = {100 * f:.0f} % of the ceiling** ({t(table.utility)} "
@@ -230,4 +258,4 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     return out, leaderboard, joined
 
 
-__all__ = ["CEILING_NOTE", "MATCHED_NOTE", "SEEDS_NOTE", "matched_html", "matched_markdown", "write_benchmark_report"]
+__all__ = ["CEILING_NOTE", "LOCAL_NOTE", "MATCHED_NOTE", "SEEDS_NOTE", "matched_html", "matched_markdown", "write_benchmark_report"]

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.pareto import Point, pareto_front
-from rapt_audit.reporting.summary import Group, Row, safe_id
+from rapt_audit.reporting.summary import Group, Row, is_local_baseline, safe_id
 
 #: Colour-blind-safe palette (Okabe–Ito) without its yellow, which does not read on white.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
@@ -154,6 +154,12 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
         ax.axhline(level, color="0.35", linestyle="--", linewidth=1.1, label=f"no privacy ({names}): {level:.3f}")
         for p in same:
             ax.axvline(p.utility, color="0.6", linestyle=":", linewidth=1)
+    # Sending nothing (the local-only baselines): a vertical line at each client's utility; a setting left of it
+    # gives up privacy for less than the client has alone.
+    local_colour, _ = defense_style("local")
+    for row in (r for r in group.rows if is_local_baseline(r.defense) and utility in r.utility):
+        ax.axvline(row.utility[utility].value, color=local_colour, linestyle="-.", linewidth=1.1,
+                   label=f"sending nothing ({_label(row.setting)}): {row.utility[utility].value:.3f}")
     fpts = sorted((points[i] for i in front), key=lambda p: p.utility)
     ax.plot([p.utility for p in fpts], [p.privacy for p in fpts], color="black", linewidth=2.2, alpha=0.35,
             zorder=0, drawstyle="steps-pre" if len(fpts) > 1 else "default")
@@ -171,7 +177,9 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
     methods = sorted({e.method for p in points for e in (p.key.utility[utility], p.key.privacy[attack])})
     caption = (f"{attack}: empirical privacy (higher = more private) against {utility} (higher = more useful); "
                f"{'/'.join(map(str, seeds))} seed(s) a setting, 95 % intervals ({', '.join(methods)}); ringed "
-               "points are Pareto-optimal; the dashed line is the no-privacy result.")
+               "points are Pareto-optimal; the dashed line is the no-privacy result"
+               + ("; dash-dotted lines are the local-only baselines (the client alone, sending nothing)."
+                  if any(is_local_baseline(r.defense) for r in group.rows) else "."))
     return _render(fig, stem, caption)
 
 

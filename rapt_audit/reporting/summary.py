@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from rapt_audit.api.plugins import ATTACKS, WORST_CASE, load as load_plugins
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, WORST_CASE, load as load_plugins
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
@@ -201,6 +201,13 @@ class Group:
     def anchor(self) -> str:
         """A stable HTML id for the group."""
         return "group-" + hashlib.sha256(self.signature.encode("utf-8")).hexdigest()[:10]
+
+
+def is_local_baseline(defense: str) -> bool:
+    """Whether ``defense`` is a local-only baseline (tagged ``local``: the client alone, releasing nothing): a
+    utility reference drawn on every utility axis and compared with every defense, never a privacy candidate."""
+    load_plugins()
+    return defense in DEFENSES and "local" in DEFENSES.entry(defense).tags
 
 
 def is_estimator(attack: str) -> bool:
