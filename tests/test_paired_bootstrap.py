@@ -216,3 +216,17 @@ def test_every_setting_is_compared_paired_with_sending_nothing_and_the_baselines
     local = next(r for r in table.group.rows if r.setting == "client=table").utility["accuracy"]
     independent = math.hypot(table.ceiling.ci_high - table.ceiling.ci_low, local.ci_high - local.ci_low)
     assert ceiling.ci_high - ceiling.ci_low < 0.6 * independent
+
+
+def test_the_detectable_difference_is_the_spread_of_paired_differences_at_80_percent_power():
+    from rapt_audit.scoring.hierarchical import POWER_80, minimum_detectable
+
+    rng = np.random.default_rng(2)
+    common = rng.normal(0.5, 0.05, 4000)  # what every candidate shares on a resample: cancels in a difference
+    stack = np.vstack([common + rng.normal(0, 0.01, 4000) for _ in range(3)])
+    assert minimum_detectable(stack) == pytest.approx(POWER_80 * 0.01 * math.sqrt(2), rel=0.05)
+    stack[2, :3000] = np.nan  # reached in a quarter of the resamples: its pairs do not count
+    assert minimum_detectable(stack) == pytest.approx(POWER_80 * 0.01 * math.sqrt(2), rel=0.05)
+    assert minimum_detectable(stack[2:]) is None
+    table = matched(_group(0.02), resamples=200)
+    assert table.rankings["whitebox"][0.9].detectable < 0.05

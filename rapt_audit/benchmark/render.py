@@ -171,11 +171,26 @@ def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched
                 tag = " <span class='tag'>reference</span>" if defense == REFERENCE else ""
                 body.append(f"<tr><th scope='row'>{e(defense)}{tag}</th>{cells}</tr>")
             best = "".join(f"<td>{e(table.verdicts[a][f])}</td>" for a in attacks)
+            power = "".join(f"<td class='num'>{e(_detectable(table, a, f))}</td>" for a in attacks)
             parts.append(f"<h4>utility = {100 * f:.0f} % of the ceiling: {e(str(table.utility))} "
                          f"{e(fmt_estimate(table.targets[f]))}</h4><table><thead><tr><th>defense</th>{head}</tr>"
-                         f"</thead><tbody>{''.join(body)}<tr><th scope='row'>best</th>{best}</tr></tbody></table>")
+                         f"</thead><tbody>{''.join(body)}<tr><th scope='row'>best</th>{best}</tr>"
+                         f"<tr><th scope='row'>{e(DETECTABLE)}</th>{power}</tr></tbody></table>")
     parts.append("</section>")
     return "\n".join(parts)
+
+
+#: The row under each matched table that states its resolution (issue #38 item 5).
+DETECTABLE = "detectable difference (80 % power)"
+
+
+def _detectable(table: Matched, attack: str, fraction: float) -> str:
+    """The smallest paired difference the column would detect (:func:`rapt_audit.scoring.hierarchical.
+    minimum_detectable`), or why there is none."""
+    ranking = table.rankings.get(attack, {}).get(fraction)
+    if ranking is None:
+        return "– (unpaired)"
+    return "–" if ranking.detectable is None else f"{ranking.detectable:.3f}"
 
 
 def _find(table: Matched, attack: str, fraction: float, defense: str) -> Reading:
@@ -214,7 +229,8 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
                 d = reading.defense
                 lines.append(f"| {t(d)}{' (reference)' if d == REFERENCE else ''} | "
                              + " | ".join(t(_reading_text(_find(table, a, f, d))) for a in attacks) + " |")
-            lines += ["| **best** | " + " | ".join(t(table.verdicts[a][f]) for a in attacks) + " |", ""]
+            lines += ["| **best** | " + " | ".join(t(table.verdicts[a][f]) for a in attacks) + " |",
+                      f"| {DETECTABLE} | " + " | ".join(_detectable(table, a, f) for a in attacks) + " |", ""]
     return "\n".join(lines)
 
 

@@ -194,6 +194,10 @@ class Ranking:
     ranks: dict[str, tuple[int, int]]
     established: dict[str, bool]
     compared: int
+    #: The smallest paired difference between two candidates the comparison would detect with 80 % power at a
+    #: two-sided 5 % (before the multiplicity correction): (z₀.₉₇₅ + z₀.₈₀) × the median standard error of the
+    #: pairwise differences over resamples where both reached. None with fewer than two such candidates.
+    detectable: float | None = None
 
 
 def rank(draws: Mapping[str, np.ndarray], best: str | None) -> Ranking:
@@ -203,6 +207,7 @@ def rank(draws: Mapping[str, np.ndarray], best: str | None) -> Ranking:
     if not names:
         return Ranking({}, {}, {}, 0)
     stack = np.vstack([draws[n] for n in names])  # candidates × resamples
+    detectable = minimum_detectable(stack)
     filled = np.where(np.isnan(stack), -np.inf, stack)
     any_reached = ~np.all(np.isnan(stack), axis=0)
     top = filled.max(axis=0)
@@ -230,7 +235,25 @@ def rank(draws: Mapping[str, np.ndarray], best: str | None) -> Ranking:
         for k, other in enumerate(ordered):
             holding = holding and p_values[other] <= ALPHA / (len(ordered) - k)
             established[other] = holding
-    return Ranking(p_best, ranks, established, compared)
+    return Ranking(p_best, ranks, established, compared, detectable)
+
+
+#: z₀.₉₇₅ + z₀.₈₀: a two-sided 5 % test has 80 % power against a true difference of this many standard errors.
+POWER_80 = 1.959964 + 0.841621
+
+
+def minimum_detectable(stack: np.ndarray) -> float | None:
+    """:attr:`Ranking.detectable` of candidates' resampled readings (candidates × resamples; NaN: not reached).
+
+    A pair counts when both reached in at least half of the resamples; its standard error is the spread of their
+    paired difference over those resamples (what pairing cancels is already gone from it)."""
+    errors = []
+    for i in range(len(stack)):
+        for j in range(i + 1, len(stack)):
+            both = ~(np.isnan(stack[i]) | np.isnan(stack[j]))
+            if both.sum() >= max(2, stack.shape[1] // 2):
+                errors.append(float(np.std(stack[i][both] - stack[j][both], ddof=1)))
+    return POWER_80 * float(np.median(errors)) if errors else None
 
 
 def interval(value: float, draws: np.ndarray) -> Estimate:
@@ -251,5 +274,6 @@ def paired_difference(a: Mapping[int, Measure], b: Mapping[int, Measure], *, see
     return interval(float((resampler.point(a) - resampler.point(b)).mean()), draws)
 
 
-__all__ = ["ALPHA", "INTERPOLATED", "LOWER_BOUND", "MEASURED", "METHOD", "Measure", "NOT_REACHED", "Ranking",
-           "Resampler", "interval", "paired_difference", "rank", "read_frontier", "run_parts"]
+__all__ = ["ALPHA", "INTERPOLATED", "LOWER_BOUND", "MEASURED", "METHOD", "Measure", "NOT_REACHED", "POWER_80",
+           "Ranking", "Resampler", "interval", "minimum_detectable", "paired_difference", "rank", "read_frontier",
+           "run_parts"]
