@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -93,36 +93,43 @@ def paired_drop(base: PerRecord, new: PerRecord, *, higher_is_better: bool, z: f
     For two ratio estimates over the same records in the same order (``Estimate.per_record`` of two
     runs of one configuration); the regression gate's paired rule.
 
-    Both runs are resampled on the *same* bootstrap draws of record indices, so what the records have
-    in common cancels and only the records whose outcome changed move the drop. ``lower`` and ``upper``
-    are the ``1 − Φ(z)`` and ``Φ(z)`` quantiles of the resampled drop.
+    Both runs are resampled on the *same* bootstrap draws of the records — the hierarchical paired bootstrap
+    of :mod:`rapt_audit.scoring.hierarchical` at one seed, the one implementation the benchmark's readings and
+    the claims use too — so what the records have in common cancels and only the records whose outcome
+    changed move the drop. ``lower`` and ``upper`` are the ``1 − Φ(z)`` and ``Φ(z)`` quantiles of the
+    resampled drop; a resample in which either run has no weight left has no drop and is left out.
 
     Raises:
         ValueError: when the two runs hold different numbers of records (not pairable).
     """
+    from rapt_audit.scoring.hierarchical import Measure, Resampler  # hierarchical reads the metrics registry
+
     if len(base) != len(new):
         raise ValueError(f"cannot pair {len(new)} records with the baseline's {len(base)}")
     sign = 1.0 if higher_is_better else -1.0
     drop = sign * (base.value - new.value)
-    nb, db = np.asarray(base.num), np.asarray(base.den)
-    nn, dn = np.asarray(new.num), np.asarray(new.den)
-    n = len(base)
-    if n == 0:
+    if len(base) == 0:
         return drop, drop, drop
-    rng = np.random.default_rng(seed)
-    chunk = max(1, 4_000_000 // n)  # bounds memory at paper-scale record counts
-    draws = []
-    for start in range(0, resamples, chunk):
-        idx = rng.integers(0, n, size=(min(chunk, resamples - start), n))
-        sb, sn = db[idx].sum(axis=1), dn[idx].sum(axis=1)
-        ok = (sb > 0) & (sn > 0)  # a resample with no weight has no value in one of the runs
-        draws.append(sign * (nb[idx].sum(axis=1)[ok] / sb[ok] - nn[idx].sum(axis=1)[ok] / sn[ok]))
-    drops = np.concatenate(draws)
+    parts = [(np.asarray(p.num, dtype=np.float64), np.asarray(p.den, dtype=np.float64)) for p in (base, new)]
+    resampler = Resampler([0], resamples, np.random.default_rng(seed))
+    drawn = [resampler.values({0: Measure((p,), False)})[:, 0] for p in parts]
+    # A resample with no weight in a run has no value there (the ratio reads 1 by convention): left out.
+    ok = np.ones(resamples, dtype=bool) if all(np.all(d > 0) for _, d in parts) else _weighted(resampler, parts)
+    drops = sign * (drawn[0] - drawn[1])[ok]
     if drops.size == 0:
         return drop, drop, drop
     level = NormalDist().cdf(z)
     lower, upper = np.quantile(drops, [1.0 - level, level])
     return drop, float(min(lower, drop)), float(max(upper, drop))
+
+
+def _weighted(resampler: Any, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Resamples in which every run keeps some weight (a record with a positive denominator was drawn)."""
+    from rapt_audit.scoring.hierarchical import Measure
+
+    # The ratio of the indicator "den > 0" to 1 per record is positive exactly when such a record was drawn.
+    return np.all([resampler.values({0: Measure((((d > 0).astype(float), np.ones_like(d)),), False)})[:, 0] > 0
+                   for _, d in parts], axis=0)
 
 
 def wilson(successes: int, trials: int, *, level: float = 0.95) -> Estimate:
