@@ -230,3 +230,17 @@ def test_the_detectable_difference_is_the_spread_of_paired_differences_at_80_per
     assert minimum_detectable(stack[2:]) is None
     table = matched(_group(0.02), resamples=200)
     assert table.rankings["whitebox"][0.9].detectable < 0.05
+
+
+def test_a_sanity_baseline_is_one_check_line_not_a_column_of_the_matched_tables():
+    from rapt_audit.benchmark.render import _attacks, sanity_lines
+
+    runs = [run for row in _group(0.0).rows for run in row.runs]
+    guessed = [replace(run, result=replace(run.result, attacks={
+        **run.result.attacks, "random_guess": AttackResult(Estimate(0.99, 0.98, 1.0, N, "bootstrap-percentile"),
+                                                           {}, {})})) for run in runs]
+    (group,) = group_results(guessed)
+    table = matched(group, resamples=50)
+    assert "random_guess" in table.readings and _attacks(table) == ["whitebox"]
+    assert sanity_lines(table) == ["Check: random_guess (a sanity baseline that ignores the release) reads 0.990 – "
+                                   "0.990 over 7 settings; it should not depend on the defense."]

@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 from rapt_audit.api.files import write_text_atomic
 from rapt_audit.api.outputs import check_outputs
+from rapt_audit.api.plugins import ATTACKS, load as load_plugins
+from rapt_audit.api.types import Estimate
 from rapt_audit.benchmark.ceiling import no_privacy_checks
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
@@ -131,8 +133,26 @@ def _provenance(cells: Sequence[Any]) -> str:
             "--jobs overlap, so the elapsed time is shorter)")
 
 
+def _is_sanity(attack: str) -> bool:
+    """A sanity baseline (tagged ``baseline``: ``random_guess`` ignores the release, so it reads the same for every
+    defense by construction): one check line, never a column of the matched tables or a "best" verdict."""
+    load_plugins()
+    return attack in ATTACKS and "baseline" in ATTACKS.entry(attack).tags
+
+
 def _attacks(table: Matched) -> list[str]:
-    return list(table.readings)
+    return [a for a in table.readings if not _is_sanity(a)]
+
+
+def sanity_lines(table: Matched) -> list[str]:
+    """One line per sanity baseline: its range over every measured setting, which should not depend on the defense."""
+    lines = []
+    for attack in (a for a in table.readings if _is_sanity(a)):
+        values = [r.privacy[attack].value for r in table.group.rows if isinstance(r.privacy.get(attack), Estimate)]
+        if values:
+            lines.append(f"Check: {attack} (a sanity baseline that ignores the release) reads {min(values):.3f} – "
+                         f"{max(values):.3f} over {len(values)} settings; it should not depend on the defense.")
+    return lines
 
 
 def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched]) -> str:
@@ -160,6 +180,7 @@ def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched
                          + "".join(f"<th>{e(h)}</th>" for h in LOCAL_HEAD) + "</tr></thead><tbody>" + "".join(
                              f"<tr><th scope='row'>{e(r[0])}</th>" + "".join(f"<td>{e(v)}</td>" for v in r[1:]) + "</tr>"
                              for r in against) + "</tbody></table>")
+        parts += [f"<p class='note'>{e(line)}</p>" for line in sanity_lines(table)]
         attacks = _attacks(table)
         for f in FRACTIONS:
             head = "".join(f"<th>{e(a)}</th>" for a in attacks)
@@ -219,6 +240,7 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
         if (against := local_rows(table)):
             lines += [t(LOCAL_NOTE), "", "| " + " | ".join(LOCAL_HEAD) + " |", "|---|---|---:|---:|---:|---|"]
             lines += ["| " + " | ".join(t(v) for v in r) + " |" for r in against] + [""]
+        lines += [x for line in sanity_lines(table) for x in (t(line), "")]
         attacks = _attacks(table)
         for f in FRACTIONS:
             lines += [f"**Utility = {100 * f:.0f} % of the ceiling** ({t(table.utility)} "
