@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from rapt_audit.api.types import Estimate, PerRecord
+from rapt_audit.scoring.hierarchical import Measure, Resampler
 
 #: Bootstrap resamples used unless a caller asks otherwise (enough for stable 2.5/97.5 percentiles).
 DEFAULT_RESAMPLES = 1000
@@ -102,7 +103,6 @@ def paired_drop(base: PerRecord, new: PerRecord, *, higher_is_better: bool, z: f
     Raises:
         ValueError: when the two runs hold different numbers of records (not pairable).
     """
-    from rapt_audit.scoring.hierarchical import Measure, Resampler  # hierarchical reads the metrics registry
 
     if len(base) != len(new):
         raise ValueError(f"cannot pair {len(new)} records with the baseline's {len(base)}")
@@ -123,10 +123,8 @@ def paired_drop(base: PerRecord, new: PerRecord, *, higher_is_better: bool, z: f
     return drop, float(min(lower, drop)), float(max(upper, drop))
 
 
-def _weighted(resampler: Any, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+def _weighted(resampler: Resampler, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Resamples in which every run keeps some weight (a record with a positive denominator was drawn)."""
-    from rapt_audit.scoring.hierarchical import Measure
-
     # The ratio of the indicator "den > 0" to 1 per record is positive exactly when such a record was drawn.
     return np.all([resampler.values({0: Measure((((d > 0).astype(float), np.ones_like(d)),), False)})[:, 0] > 0
                    for _, d in parts], axis=0)
