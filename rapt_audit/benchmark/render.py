@@ -178,7 +178,8 @@ def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched
         if (against := local_rows(table)):
             parts.append(f"<p class='note'>{e(LOCAL_NOTE)}</p><table><thead><tr>"
                          + "".join(f"<th>{e(h)}</th>" for h in LOCAL_HEAD) + "</tr></thead><tbody>" + "".join(
-                             f"<tr><th scope='row'>{e(r[0])}</th>" + "".join(f"<td>{e(v)}</td>" for v in r[1:]) + "</tr>"
+                             f"<tr><th scope='row'>{e(r[0])}</th>" + "".join(f"<td>{e(v)}</td>" for v in r[1:])
+                             + "</tr>"
                              for r in against) + "</tbody></table>")
         parts += [f"<p class='note'>{e(line)}</p>" for line in sanity_lines(table)]
         attacks = _attacks(table)
@@ -296,4 +297,5 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     return out, leaderboard, joined
 
 
-__all__ = ["CEILING_NOTE", "LOCAL_NOTE", "MATCHED_NOTE", "SEEDS_NOTE", "matched_html", "matched_markdown", "write_benchmark_report"]
+__all__ = ["CEILING_NOTE", "DETECTABLE", "LOCAL_NOTE", "MATCHED_NOTE", "SEEDS_NOTE", "local_rows", "matched_html",
+           "matched_markdown", "sanity_lines", "write_benchmark_report"]
