@@ -32,14 +32,19 @@ def _parts(hits: np.ndarray) -> Estimate:
 
 
 def _result(defense: str, eta: float | None, seed: int, correct: np.ndarray, private: np.ndarray,
-            keep_parts: bool = True) -> Loaded:
-    """A result whose accuracy and whitebox privacy are the means of ``correct`` and ``private`` (0/1 per record)."""
+            keep_parts: bool = True, worst: bool = False) -> Loaded:
+    """A result whose accuracy and whitebox privacy are the means of ``correct`` and ``private`` (0/1 per record);
+    with ``worst``, whitebox's content privacy is the same and the worst case is taken over it."""
     base = fake_result(defense=defense, eta=eta, seed=seed, privacy={"whitebox": 0.5})
     utility, privacy = _parts(correct), _parts(private)
     if not keep_parts:
         utility, privacy = replace(utility, per_record=None), replace(privacy, per_record=None)
-    result = replace(base, utility={"accuracy": utility},
-                     attacks={"whitebox": AttackResult(privacy, {"token_accuracy": privacy.complement()}, {})})
+    attacks = {"whitebox": AttackResult(privacy, {"token_accuracy": privacy.complement()}, {})}
+    if worst:
+        attacks = {"whitebox": AttackResult(privacy, {"content_privacy": privacy}, {}),
+                   "worst_case": AttackResult(replace(privacy, per_record=None), {"worst_case_privacy": privacy},
+                                              {"over": ["whitebox"], "strongest_attack": "whitebox"})}
+    result = replace(base, utility={"accuracy": utility}, attacks=attacks)
     return Loaded(Path(f"/{defense}-{eta}-{seed}/result.json"), result)
 
 
@@ -47,22 +52,22 @@ def _bits(rng: np.random.Generator, rate: float) -> np.ndarray:
     return (rng.random(N) < rate).astype(float)
 
 
-def _group(shift: float, *, keep_parts: bool = True, seeds: int = 3):
+def _group(shift: float, *, keep_parts: bool = True, seeds: int = 3, worst: bool = False):
     """identity, and two defenses a and b with two private settings and a no-privacy one each; b's privacy is a's
     with ``shift`` of the records flipped from private to leaked (the same records at every setting and seed)."""
     rng = np.random.default_rng(7)
     runs = []
     for seed in range(seeds):
         ceiling = _bits(rng, 0.85)
-        runs.append(_result("identity", None, seed, ceiling, _bits(rng, 0.05), keep_parts))
+        runs.append(_result("identity", None, seed, ceiling, _bits(rng, 0.05), keep_parts, worst))
         for eta, (acc, priv) in {25.0: (0.70, 0.60), 100.0: (0.82, 0.30), math.inf: (0.85, 0.02)}.items():
             correct = np.where(rng.random(N) < 0.9, ceiling, _bits(rng, acc))  # mostly the ceiling's own records
             correct[: int(N * (0.85 - acc))] = 0.0
             private = _bits(rng, priv)
             leaked = private.copy()
             leaked[np.flatnonzero(private)[: int(shift * N)]] = 0.0
-            runs.append(_result("a", eta, seed, correct, private, keep_parts))
-            runs.append(_result("b", eta, seed, correct, leaked, keep_parts))
+            runs.append(_result("a", eta, seed, correct, private, keep_parts, worst))
+            runs.append(_result("b", eta, seed, correct, leaked, keep_parts, worst))
     (group,) = group_results(runs)
     return group
 
@@ -174,10 +179,10 @@ def test_claims_pair_rows_of_several_seeds_so_identical_outcomes_differ_by_exact
     assert gain.method == "paired" and gain.low > 0
 
 
-def _with_local(rate: float):
+def _with_local(rate: float, worst: bool = False):
     """:func:`_group`'s rows and two local-only baselines whose accuracy is the ceiling's records at ``rate``."""
     rng = np.random.default_rng(11)
-    group = _group(0.02)
+    group = _group(0.02, worst=worst)
     runs = [run for row in group.rows for run in row.runs]
     for row in [r for r in group.rows if r.defense == "identity"]:
         for run in row.runs:

@@ -20,6 +20,7 @@ from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.plugins import ATTACKS, load as load_plugins
 from rapt_audit.api.types import Estimate
 from rapt_audit.benchmark.ceiling import no_privacy_checks
+from rapt_audit.benchmark.headline import headline_html, headline_markdown
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
 from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
@@ -138,6 +139,16 @@ def _is_sanity(attack: str) -> bool:
     defense by construction): one check line, never a column of the matched tables or a "best" verdict."""
     load_plugins()
     return attack in ATTACKS and "baseline" in ATTACKS.entry(attack).tags
+
+
+def first_line(index: dict[str, Any], joined: Joined) -> str:
+    """The one line of provenance under the headline: what ran, and where the rest is."""
+    signatures = [str(loaded.result.signature) for loaded in joined.collection.results]
+    codes = sorted({s.split("|code:")[1].split("|")[0] for s in signatures if "|code:" in s})
+    return (f"{index['name']}: profile {index['profile']}, seeds {', '.join(map(str, index['seeds']))}, "
+            f"{len(joined.cells)} of {len(index['cells'])} cells, code {', '.join(codes) or 'unknown'}. Worst-case "
+            "privacy: the strongest inversion attack that reads the release, read at the target; how, the "
+            "per-attack tables, signatures and full provenance: below.")
 
 
 def _attacks(table: Matched) -> list[str]:
@@ -286,11 +297,13 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     title = title or f"rapt-audit benchmark {index['name']}"
     joined.collection.require_results(f"the report of benchmark {index['name']} (no task cell has finished)")
     tables = [matched(group) for group in group_results(joined.collection.results)]
+    first = first_line(index, joined)
     write_report([], out=out, title=title, collection=joined.collection,
-                 headline=matched_html(index, joined, tables))
+                 headline=headline_html(tables, FRACTIONS, first) + matched_html(index, joined, tables))
     link = os.path.relpath(out.resolve(), leaderboard.parent.resolve()).replace(os.sep, "/")
     write_text_atomic(leaderboard, render_leaderboard(joined.collection, report=link, title=title,
-                                                      preamble=matched_markdown(index, joined, tables)))
+                                                      preamble=matched_markdown(index, joined, tables),
+                                                      headline=headline_markdown(tables, FRACTIONS, first)))
     claims = format_markdown(evaluate(group_results(joined.collection.results)))
     write_text_atomic(folder / "claims.md", f"# The seed papers' claims on benchmark {markdown_text(index['name'])}\n\n"
                       f"{claims}")

@@ -87,13 +87,14 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
 
 
 def render_leaderboard(coll: Collection, *, report: str | None = None, title: str = "rapt-audit leaderboard",
-                       preamble: str = "") -> str:
-    """The Markdown text of the leaderboard for the results in ``coll``."""
+                       preamble: str = "", headline: str = "") -> str:
+    """The Markdown text of the leaderboard for the results in ``coll``; ``headline`` (a benchmark's first screen)
+    comes right under the title, before any provenance or method."""
     groups = group_results(coll.results)
     profiles = sorted({markdown_text(i.result.config.get("profile")) for i in coll.results})
     shas = sorted({str(i.result.env.get("git_sha") or "not a git checkout") for i in coll.results})
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"# {markdown_text(title)}", "",
+    lines = [f"# {markdown_text(title)}", ""] + ([headline.rstrip(), ""] if headline else []) + [
              f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "
              f"group(s); rendered {now} by `rapt-audit leaderboard` from stored results (git "
              f"{', '.join(_short_sha(s) for s in shas)}). Do not edit by hand.", "",
