@@ -82,14 +82,15 @@ def _page_requests(netlog: Path) -> list[str]:
     return urls
 
 
-def load_page(binary: str, page: Path, *, workdir: Path, timeout: float = 120.0) -> Page:
-    """Open ``page`` (a local file) headless and return what the browser saw."""
+def load_page(binary: str, page: Path, *, workdir: Path, timeout: float = 120.0, args: tuple[str, ...] = ()) -> Page:
+    """Open ``page`` (a local file) headless and return what the browser saw; ``args`` add switches
+    (``--window-size=1280,800``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     netlog = workdir / "netlog.json"
     cmd = [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", *QUIET,
            f"--user-data-dir={workdir / 'profile'}", "--enable-logging=stderr", "--v=0",
            "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
-           f"--log-net-log={netlog}", "--virtual-time-budget=3000", "--dump-dom", page.resolve().as_uri()]
+           f"--log-net-log={netlog}", "--virtual-time-budget=3000", *args, "--dump-dom", page.resolve().as_uri()]
     env = {**os.environ, "HOME": str(workdir)}  # keep Chromium's crash and config files out of the user's home
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if done.returncode != 0 or "<html" not in done.stdout.lower():

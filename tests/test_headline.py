@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rapt_audit.benchmark.headline import COLUMNS, deployable, headline, headline_markdown
 from rapt_audit.benchmark.matched import matched
 from tests.test_paired_bootstrap import _with_local
@@ -34,3 +36,44 @@ def test_a_table_without_the_worst_case_column_has_no_headline():
     from tests.test_paired_bootstrap import _group
 
     assert headline(matched(_group(0.0), fractions=(0.9,), resamples=50), 0.9) == []
+
+
+#: Measures the headline table once the page has laid out, into an attribute --dump-dom prints.
+PROBE = """<script>window.addEventListener('load', () => {
+  const t = document.querySelector('table.headline'), r = t.getBoundingClientRect();
+  document.body.setAttribute('data-probe', JSON.stringify({top: r.top, bottom: r.bottom, left: r.left,
+    right: r.right, scroll: t.scrollWidth, client: t.clientWidth,
+    page: document.documentElement.scrollWidth, width: window.innerWidth, height: window.innerHeight}));
+});</script>"""
+
+
+@pytest.mark.browser
+def test_the_first_screen_shows_the_headline_whole_at_1280_by_800(tmp_path):
+    """The report's headline table lies inside the first 1,280 × 800 screen, whole, with no horizontal scrolling
+    of the table or the page (measured by the browser's own layout, not by counting characters)."""
+    import json
+    import re
+
+    from rapt_audit.benchmark.headline import headline_html
+    from rapt_audit.reporting.collect import Collection
+    from rapt_audit.reporting.report import write_report
+    from tests.chromium import find_chromium, load_page
+
+    group = _with_local(0.10, worst=True)
+    table = matched(group, fractions=(0.9,), resamples=100)
+    coll = Collection(results=[run for row in group.rows for run in row.runs])
+    out, _ = write_report([], out=tmp_path / "report.html", collection=coll,
+                          headline=headline_html([table], (0.9,), "one line of provenance"))
+    page = out.read_text(encoding="utf-8")
+    probed = tmp_path / "probed.html"  # the same page, its CSP dropped so that the probe may run
+    probed.write_text(re.sub(r"<meta http-equiv='Content-Security-Policy'[^>]*>", "", page).replace(
+        "</body>", PROBE + "</body>"), encoding="utf-8")
+    seen = load_page(find_chromium(), probed, workdir=tmp_path / "chromium", args=("--window-size=1280,800",))
+    found = re.search(r'data-probe="([^"]*)"', seen.dom)
+    assert found, "the probe did not run"
+    box = json.loads(found.group(1).replace("&quot;", '"'))
+    # Headless Chromium's --window-size is the outer window: its viewport is 1,280 wide and a little less high.
+    assert box["width"] == 1280 and box["height"] <= 800, box
+    assert 0 <= box["top"] and box["bottom"] <= box["height"], box  # on the first screen, whole
+    assert box["left"] >= 0 and box["right"] <= box["width"] and box["scroll"] <= box["client"], box
+    assert box["page"] <= box["width"], box  # no horizontal scrolling of the page
