@@ -77,3 +77,16 @@ def test_the_first_screen_shows_the_headline_whole_at_1280_by_800(tmp_path):
     assert 0 <= box["top"] and box["bottom"] <= box["height"], box  # on the first screen, whole
     assert box["left"] >= 0 and box["right"] <= box["width"] and box["scroll"] <= box["client"], box
     assert box["page"] <= box["width"], box  # no horizontal scrolling of the page
+
+
+def test_the_headline_figure_has_a_panel_per_release_kind_the_targets_and_the_baselines(tmp_path):
+    from rapt_audit.reporting.figures import headline_figure
+
+    group = _with_local(0.10, worst=True)
+    table = matched(group, fractions=(0.9, 0.95), resamples=50)
+    fig = headline_figure(group, "accuracy", table.ceiling.value, (0.9, 0.95), "worst_case", stem="headline-1")
+    assert fig is not None and fig.png.startswith(b"\x89PNG")
+    svg = fig.svg.decode("utf-8")
+    assert "releases text" in svg and "worst-case privacy" in svg  # the panel and the axis
+    assert "90 %" in fig.caption and "local-only baselines" in fig.caption and "seed(s)" in fig.caption
+    assert headline_figure(group, "accuracy", table.ceiling.value, (0.9,), "whitebox_missing", stem="x") is None

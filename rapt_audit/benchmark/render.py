@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from rapt_audit.api.files import write_text_atomic
 from rapt_audit.api.outputs import check_outputs
-from rapt_audit.api.plugins import ATTACKS, load as load_plugins
+from rapt_audit.api.plugins import ATTACKS, WORST_CASE, load as load_plugins
 from rapt_audit.api.types import Estimate
 from rapt_audit.benchmark.ceiling import no_privacy_checks
 from rapt_audit.benchmark.headline import headline_html, headline_markdown
@@ -27,6 +27,7 @@ from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
 from rapt_audit.pipeline.results import RESULT_FILE
 from rapt_audit.pipeline.sweep import SWEEP_INDEX
 from rapt_audit.reporting.claims import evaluate, format_markdown
+from rapt_audit.reporting.figures import headline_figure
 from rapt_audit.reporting.leaderboard import render_leaderboard
 from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.report import write_report
@@ -298,8 +299,12 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     joined.collection.require_results(f"the report of benchmark {index['name']} (no task cell has finished)")
     tables = [matched(group) for group in group_results(joined.collection.results)]
     first = first_line(index, joined)
+    figures = [fig for i, table in enumerate(tables, 1) if table.ceiling is not None and table.utility is not None
+               and (fig := headline_figure(table.group, table.utility, table.ceiling.value, FRACTIONS, WORST_CASE,
+                                           stem=f"headline-{i}")) is not None]
     write_report([], out=out, title=title, collection=joined.collection,
-                 headline=headline_html(tables, FRACTIONS, first) + matched_html(index, joined, tables))
+                 headline=headline_html(tables, FRACTIONS, first), headline_figures=figures,
+                 detail=matched_html(index, joined, tables))
     link = os.path.relpath(out.resolve(), leaderboard.parent.resolve()).replace(os.sep, "/")
     write_text_atomic(leaderboard, render_leaderboard(joined.collection, report=link, title=title,
                                                       preamble=matched_markdown(index, joined, tables),

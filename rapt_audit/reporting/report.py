@@ -263,7 +263,8 @@ def _estimate(data: Any) -> Estimate | Skip:
 
 
 def build_report(coll: Collection, *, title: str = "rapt-audit report", base: Path = Path("."),
-                 files_rel: str | None = None, headline: str = "") -> Report:
+                 files_rel: str | None = None, headline: str = "", headline_figures: Sequence[Figure] = (),
+                 detail: str = "") -> Report:
     """Render the HTML of ``coll`` (results already read; nothing is run).
 
     Args:
@@ -272,9 +273,15 @@ def build_report(coll: Collection, *, title: str = "rapt-audit report", base: Pa
         base: The directory the report will be written to (paths in it are relative to this).
         files_rel: Where the PNG/SVG files will be, relative to ``base`` (``None``: no file links).
         headline: HTML placed before the groups (a benchmark's matched-utility section).
+        headline_figures: Figures shown right after ``headline`` (a benchmark's headline figure), written with the
+            others.
+        detail: HTML placed after those and before the groups (a benchmark's per-attack tables).
     """
     groups = group_results(coll.results)
-    figures: list[Figure] = []
+    figures: list[Figure] = list(headline_figures)
+    if headline_figures:
+        headline += "<div class='figs'>" + "".join(_figure_html(f, files_rel) for f in headline_figures) + "</div>"
+    headline += detail
     sections = []
     for g_i, group in enumerate(groups, 1):
         figs = group_figures(group, pick_utility(group), prefix=f"g{g_i}-")
@@ -326,7 +333,8 @@ def _figures_dir(out: Path) -> Path:
 
 def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "rapt-audit report",
                  figures_dir: str | Path | None = None, strict: bool = False, collection: Collection | None = None,
-                 headline: str = "") -> tuple[Path, Collection]:
+                 headline: str = "", headline_figures: Sequence[Figure] = (),
+                 detail: str = "") -> tuple[Path, Collection]:
     """Read the results under ``paths`` and write the HTML report and its figure files.
 
     Args:
@@ -337,7 +345,7 @@ def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "
             ``figures`` for an ``index.html``).
         strict: Refuse to write anything when any input is unusable.
         collection: Results already read (a benchmark's joined rows) instead of reading ``paths``.
-        headline: As for :func:`build_report`.
+        headline, headline_figures, detail: As for :func:`build_report`.
 
     Returns:
         The HTML path and what was read (its ``problems`` list what was left out).
@@ -357,7 +365,8 @@ def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "
     folder_exists(fig_dir, name="the figures folder")  # a file or a loop of links there: refused, before any figure
 
     rel = os.path.relpath(fig_dir.resolve(), out.parent.resolve())
-    report = build_report(coll, title=title, base=out.parent, files_rel=rel, headline=headline)
+    report = build_report(coll, title=title, base=out.parent, files_rel=rel, headline=headline,
+                          headline_figures=headline_figures, detail=detail)
     fig_dir.mkdir(parents=True, exist_ok=True)
     for fig in report.figures:
         write_bytes_atomic(fig_dir / f"{fig.stem}.png", fig.png)
