@@ -20,6 +20,7 @@ from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.plugins import ATTACKS, WORST_CASE, load as load_plugins
 from rapt_audit.api.types import Estimate
 from rapt_audit.benchmark.ceiling import no_privacy_checks
+from rapt_audit.benchmark.drilldown import heatmap
 from rapt_audit.benchmark.headline import headline_html, headline_markdown
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
@@ -300,8 +301,10 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     tables = [matched(group) for group in group_results(joined.collection.results)]
     first = first_line(index, joined)
     figures = [fig for i, table in enumerate(tables, 1) if table.ceiling is not None and table.utility is not None
-               and (fig := headline_figure(table.group, table.utility, table.ceiling.value, FRACTIONS, WORST_CASE,
-                                           stem=f"headline-{i}")) is not None]
+               for fig in (headline_figure(table.group, table.utility, table.ceiling.value, FRACTIONS, WORST_CASE,
+                                           stem=f"headline-{i}"),
+                           *(heatmap(table, f, _attacks(table), stem=f"heatmap-{i}-{100 * f:.0f}") for f in FRACTIONS))
+               if fig is not None]
     write_report([], out=out, title=title, collection=joined.collection,
                  headline=headline_html(tables, FRACTIONS, first), headline_figures=figures,
                  detail=matched_html(index, joined, tables))

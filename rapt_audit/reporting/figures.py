@@ -246,6 +246,44 @@ def headline_figure(group: Group, utility: str, ceiling: float, fractions: Seque
     return _render(fig, stem, caption)
 
 
+#: How a heatmap cell without a number is drawn and labelled: an attack that cannot read the defense's release is
+#: hatched ("does not apply"), one whose cell has not run yet is grey ("pending"), any other is light ("not run").
+CELL_STATES = {"does not apply": ("white", "///"), "pending": ("0.85", ""), "not run": ("0.93", ""),
+               "not reached": ("0.75", "..")}
+
+
+@_plain_text
+def heatmap_figure(defenses: Sequence[str], attacks: Sequence[str], values: Sequence[Sequence[float | str]],
+                   title: str, caption: str, *, stem: str) -> Figure | None:
+    """A defense × attack grid (issue #40 item 3): a number in [0, 1] coloured on one scale, or a state of
+    :data:`CELL_STATES` drawn and labelled as such (so "does not apply" never looks like "not run")."""
+    if not defenses or not attacks:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.1 * len(attacks) + 2.5, 0.42 * len(defenses) + 1.6))
+    cmap = plt.get_cmap("viridis")
+    for i, row in enumerate(values):
+        for j, value in enumerate(row):
+            if isinstance(value, str):
+                face, hatch = CELL_STATES.get(value, ("0.93", ""))
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=face, hatch=hatch, edgecolor="0.6",
+                                           linewidth=0.5))
+                ax.text(j, i, value, ha="center", va="center", fontsize=6, color="0.25")
+            else:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=cmap(min(max(value, 0.0), 1.0)),
+                                           edgecolor="white", linewidth=0.5))
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if value < 0.6 else "black")
+    ax.set_xlim(-0.5, len(attacks) - 0.5)
+    ax.set_ylim(len(defenses) - 0.5, -0.5)
+    ax.set_xticks(range(len(attacks)), [_label(a) for a in attacks], rotation=35, ha="right", fontsize=8)
+    ax.set_yticks(range(len(defenses)), [_label(d) for d in defenses], fontsize=8)
+    ax.set_title(_label(title), fontsize=10)
+    bar = fig.colorbar(plt.cm.ScalarMappable(norm=plt.Normalize(0, 1), cmap=cmap), ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label("privacy ↑", fontsize=8)
+    return _render(fig, stem, caption)
+
+
 def _level(row: Row) -> float:
     value = row.privacy_level
     return math.inf if math.isnan(value) else value
@@ -322,5 +360,5 @@ def pick_utility(group: Group, preferred: Sequence[str] = ("accuracy",)) -> str 
     return names[0] if names else None
 
 
-__all__ = ["BUILT_IN_STYLES", "DPI", "Figure", "PANELS", "defense_style", "deniability_figure", "group_figures",
-           "headline_figure", "pareto_figure", "pareto_points", "pick_utility", "replacement_figure"]
+__all__ = ["BUILT_IN_STYLES", "CELL_STATES", "DPI", "Figure", "PANELS", "defense_style", "deniability_figure", "group_figures",
+           "headline_figure", "heatmap_figure", "pareto_figure", "pareto_points", "pick_utility", "replacement_figure"]
