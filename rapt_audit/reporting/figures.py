@@ -360,5 +360,6 @@ def pick_utility(group: Group, preferred: Sequence[str] = ("accuracy",)) -> str 
     return names[0] if names else None
 
 
-__all__ = ["BUILT_IN_STYLES", "CELL_STATES", "DPI", "Figure", "PANELS", "defense_style", "deniability_figure", "group_figures",
-           "headline_figure", "heatmap_figure", "pareto_figure", "pareto_points", "pick_utility", "replacement_figure"]
+__all__ = ["BUILT_IN_STYLES", "CELL_STATES", "DPI", "Figure", "PANELS", "defense_style", "deniability_figure",
+           "group_figures", "headline_figure", "heatmap_figure", "pareto_figure", "pareto_points", "pick_utility",
+           "replacement_figure"]
