@@ -237,7 +237,9 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
     t = markdown_text
     lines = ["## Privacy at matched utility", ""]
     lines += [f"- **{t(head)}**: {t(text)}" for head, text in _facts(index, joined)]
-    lines += ["", t(SEEDS_NOTE), "", t(MATCHED_NOTE), ""]
+    # This module's own notes and numbers are written plain (an escaped "\\[0.76, 0.84\\]" reads badly on a code host);
+    # every name or text read from a result file or the benchmark file goes through markdown_text.
+    lines += ["", SEEDS_NOTE, "", MATCHED_NOTE, ""]
     for table in tables:
         lines += [f"### task {t(table.group.first.dataset.get('name'))}", ""]
         if table.ceiling is None:
@@ -246,14 +248,14 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
         lines += [f"Ceiling ({REFERENCE}, {t(table.utility)}): {fmt_estimate(table.ceiling)}.", ""]
         checks = no_privacy_checks(table, index, joined.pending)
         if checks:
-            lines += [t(CEILING_NOTE), "", f"| defense | setting | {t(table.utility)} | against {REFERENCE} |",
+            lines += [CEILING_NOTE, "", f"| defense | setting | {t(table.utility)} | against {REFERENCE} |",
                       "|---|---|---:|---|"]
             lines += [f"| {t(c.defense)} | {t(c.setting)} | {fmt_estimate(c.utility) if c.utility else '–'} | "
                       f"{t(c.text(table.ceiling))} |" for c in checks]
             lines.append("")
         if (against := local_rows(table)):
-            lines += [t(LOCAL_NOTE), "", "| " + " | ".join(LOCAL_HEAD) + " |", "|---|---|---:|---:|---:|---|"]
-            lines += ["| " + " | ".join(t(v) for v in r) + " |" for r in against] + [""]
+            lines += [LOCAL_NOTE, "", "| " + " | ".join(LOCAL_HEAD) + " |", "|---|---|---:|---:|---:|---|"]
+            lines += ["| " + " | ".join(t(v) if i < 2 else v for i, v in enumerate(r)) + " |" for r in against] + [""]
         lines += [x for line in sanity_lines(table) for x in (t(line), "")]
         attacks = _attacks(table)
         for f in FRACTIONS:
@@ -264,7 +266,7 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
             for reading in (table.readings[attacks[0]][f] if attacks else []):
                 d = reading.defense
                 lines.append(f"| {t(d)}{' (reference)' if d == REFERENCE else ''} | "
-                             + " | ".join(t(_reading_text(_find(table, a, f, d))) for a in attacks) + " |")
+                             + " | ".join(_reading_text(_find(table, a, f, d)) for a in attacks) + " |")
             lines += ["| **best** | " + " | ".join(t(table.verdicts[a][f]) for a in attacks) + " |",
                       f"| {DETECTABLE} | " + " | ".join(_detectable(table, a, f) for a in attacks) + " |", ""]
     return "\n".join(lines)
