@@ -26,3 +26,27 @@ def test_each_cell_is_a_reading_or_says_whether_the_attack_does_not_apply_is_pen
     assert isinstance(by["a"][1], float) and by["identity"][0] == pytest.approx(identity.value.value)
     fig = heatmap(table, 0.9, ["whitebox", "worst_case"], stem="heatmap-1-90")
     assert fig is not None and "does not apply" in fig.svg.decode() and "hatched" in fig.caption
+
+
+def test_the_long_table_has_a_line_per_setting_and_measure_and_a_defenses_own_diagnostics_apart():
+    from dataclasses import replace
+
+    from rapt_audit.reporting.leaderboard import long_table
+    from rapt_audit.reporting.summary import group_results
+
+    group = _with_local(0.10, worst=True)
+    runs = []
+    for row in group.rows:  # b reports a variant of its utility of its own, as SnD does (accuracy.client_only)
+        for run in row.runs:
+            utility = dict(run.result.utility)
+            if row.defense == "b":
+                utility["accuracy.client_only"] = utility["accuracy"]
+            runs.append(replace(run, result=replace(run.result, utility=utility)))
+    (grouped,) = group_results(runs)
+    lines = long_table(grouped, report=None)
+    body = [line for line in lines if line.startswith("| ") and not line.startswith("| defense")]
+    # identity 1 + a 3 + b 3 settings, each: accuracy + whitebox + worst_case; the 2 baselines: accuracy only.
+    assert len(body) == 7 * 3 + 2 + 3 and all(line.count(" | ") == 5 for line in body)
+    own = lines[lines.index("A defense's own diagnostics (variants of its utility it reports beside the service's):"):]
+    assert [line for line in own if "client_only" in line] == [line for line in body if "client_only" in line]
+    assert len([line for line in own if "client_only" in line]) == 3

@@ -313,7 +313,8 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     link = os.path.relpath(out.resolve(), leaderboard.parent.resolve()).replace(os.sep, "/")
     write_text_atomic(leaderboard, render_leaderboard(joined.collection, report=link, title=title,
                                                       preamble=matched_markdown(index, joined, tables),
-                                                      headline=headline_markdown(tables, FRACTIONS, first)))
+                                                      headline=headline_markdown(tables, FRACTIONS, first),
+                                                      long=True))
     claims = format_markdown(evaluate(group_results(joined.collection.results)))
     write_text_atomic(folder / "claims.md", f"# The seed papers' claims on benchmark {markdown_text(index['name'])}\n\n"
                       f"{claims}")

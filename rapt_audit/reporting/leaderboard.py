@@ -86,10 +86,42 @@ def group_table(group: Group, *, report: str | None) -> list[str]:
     return lines + [""]
 
 
+def long_table(group: Group, *, report: str | None) -> list[str]:
+    """One signature group as a long table (issue #40 item 3): a line per defense setting and measure — ``defense |
+    setting | seeds | measure | metric | value [95 %]`` — in place of a column per measure (27 columns, most of them
+    one defense's, on the CPU benchmark). A defense's own diagnostics (utility variants such as SnD's
+    ``accuracy.client_only``) follow in a section of their own."""
+    lines = group_table(group, report=report)[:2 + 2]  # the heading and the signature line
+    lines += ["| defense | setting | seeds | measure | metric | value [95 %] |", "|---|---|---|---|---|---:|"]
+    own: list[str] = []
+    for row in group.rows:
+        first = [markdown_text(row.defense + (" (no privacy)" if row.no_privacy else "")), markdown_text(row.setting),
+                 ",".join(map(str, row.seeds))]
+        for name, est in row.utility.items():
+            line = "| " + " | ".join(first + ["utility", f"{markdown_text(name)} {arrow(name)}".rstrip(),
+                                              fmt_estimate(est)]) + " |"
+            (own if "." in name else lines).append(line)
+        for attack in group.measured_attacks:
+            outcome = row.privacy.get(attack)
+            if isinstance(outcome, Estimate):
+                metric = group.headline(attack)
+                lines.append("| " + " | ".join(first + [markdown_text(attack) + (" (estimator)" if is_estimator(attack)
+                                                                                 else ""),
+                                                        f"{markdown_text(metric)} {arrow(metric)}".rstrip(),
+                                                        fmt_estimate(outcome)]) + " |")
+    if own:
+        lines += ["", "A defense's own diagnostics (variants of its utility it reports beside the service's):", "",
+                  "| defense | setting | seeds | measure | metric | value [95 %] |", "|---|---|---|---|---|---:|", *own]
+    if group.skipped_attacks:
+        lines += ["", "Not applicable here: " + "; ".join(
+            f"{_name(a)} ({markdown_text(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
+    return lines + [""]
+
+
 def render_leaderboard(coll: Collection, *, report: str | None = None, title: str = "rapt-audit leaderboard",
-                       preamble: str = "", headline: str = "") -> str:
+                       preamble: str = "", headline: str = "", long: bool = False) -> str:
     """The Markdown text of the leaderboard for the results in ``coll``; ``headline`` (a benchmark's first screen)
-    comes right under the title, before any provenance or method."""
+    comes right under the title, before any provenance or method; ``long`` writes each group as :func:`long_table`."""
     groups = group_results(coll.results)
     profiles = sorted({markdown_text(i.result.config.get("profile")) for i in coll.results})
     shas = sorted({str(i.result.env.get("git_sha") or "not a git checkout") for i in coll.results})
@@ -110,7 +142,7 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
         lines += ["Inputs left out:", ""]
         lines += [f"- {_name(str(p.path))}: {markdown_text(p.message)}" for p in coll.problems] + [""]
     for group in groups:
-        lines += group_table(group, report=report)
+        lines += (long_table if long else group_table)(group, report=report)
     return "\n".join(lines).rstrip() + "\n"
 
 
