@@ -97,13 +97,16 @@ def headline(table: Matched, fraction: float) -> list[Line]:
         if defense == REFERENCE or is_local_baseline(defense) or defense not in readings:
             continue
         mine = [r for r in table.group.rows if r.defense == defense]
-        reading, chosen = readings[defense], deployable(mine, utility, target)
+        # No deployable setting where the frontier does not reach the target at every seed (the reading's rule).
+        reading = readings[defense]
+        chosen = deployable(mine, utility, target) if reading.value is not None else None
         # The deployable setting's own worst case (its seeds combined): what a user who deploys it gets. The rank is
         # the frontier's reading at the target (the per-attack tables below), paired where the results allow.
         value = fmt_estimate(chosen.privacy[MEASURE]) if chosen is not None else reading.kind  # type: ignore[arg-type]
         ranks = ranking.ranks.get(defense) if ranking is not None else None
         lines.append(Line(_release(mine[0]), (
-            defense, chosen.setting if chosen is not None else "none reaches it",
+            defense, chosen.setting if chosen is not None else
+            "–" if reading.kind == "not measured" else "none reaches it at every seed",
             fmt_estimate(chosen.utility[utility]) if chosen is not None else "–", value,
             _weakest_to(chosen) if chosen is not None else "–",
             _margin(margins.get(id(chosen))) if chosen is not None else "–",
@@ -134,7 +137,8 @@ def _titled(tables: Sequence[Matched], fractions: Sequence[float]) -> list[tuple
 
 
 def headline_markdown(tables: Sequence[Matched], fractions: Sequence[float], provenance: str) -> str:
-    """The headline tables in Markdown (one per task and target), each followed by one line of provenance."""
+    """The headline tables in Markdown (one per task and target), each followed by one line of ``provenance`` (Markdown
+    as given: the caller escapes what it read from files)."""
     out = []
     for task, title, lines in _titled(tables, fractions):
         out += [f"**{t(task)} — {title}**", "", "| " + " | ".join(COLUMNS) + " |", "|---|---|---:|---:|---|---|---:|"]
@@ -146,7 +150,7 @@ def headline_markdown(tables: Sequence[Matched], fractions: Sequence[float], pro
             # Names and settings come from result files (anyone's): escaped. Numbers and verdicts are this module's
             # own text, left plain so they read as written (no "0.80 \\[0.76, 0.84\\]").
             out.append("| " + " | ".join(t(c) if i in _FOREIGN else c for i, c in enumerate(line.cells)) + " |")
-        out += ["", t(provenance), ""]
+        out += ["", provenance, ""]  # the caller's, its names already escaped
     return "\n".join(out)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rapt_audit.api.files import write_text_atomic
 from rapt_audit.api.outputs import check_outputs
@@ -143,14 +143,15 @@ def _is_sanity(attack: str) -> bool:
     return attack in ATTACKS and "baseline" in ATTACKS.entry(attack).tags
 
 
-def first_line(index: dict[str, Any], joined: Joined) -> str:
-    """The one line of provenance under the headline: what ran, and where the rest is."""
+def first_line(index: dict[str, Any], joined: Joined, escape: Callable[[str], str] = str) -> str:
+    """The one line of provenance under the headline: what ran, and where the rest is (``escape``: for the benchmark's
+    name, the one part read from a file)."""
     signatures = [str(loaded.result.signature) for loaded in joined.collection.results]
     codes = sorted({s.split("|code:")[1].split("|")[0] for s in signatures if "|code:" in s})
-    return (f"{index['name']}: profile {index['profile']}, seeds {', '.join(map(str, index['seeds']))}, "
+    return (f"{escape(str(index['name']))} — profile {index['profile']}, seeds {', '.join(map(str, index['seeds']))}, "
             f"{len(joined.cells)} of {len(index['cells'])} cells, code {', '.join(codes) or 'unknown'}. Worst-case "
-            "privacy: the strongest inversion attack that reads the release, read at the target; how, the "
-            "per-attack tables, signatures and full provenance: below.")
+            "privacy is the strongest inversion attack that reads the release; the method, the per-attack tables, "
+            "signatures and full provenance are below.")
 
 
 def _attacks(table: Matched) -> list[str]:
@@ -301,7 +302,7 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     title = title or f"rapt-audit benchmark {index['name']}"
     joined.collection.require_results(f"the report of benchmark {index['name']} (no task cell has finished)")
     tables = [matched(group) for group in group_results(joined.collection.results)]
-    first = first_line(index, joined)
+    first = first_line(index, joined)  # the report escapes it as HTML; the leaderboard's is escaped as Markdown
     figures = [fig for i, table in enumerate(tables, 1) if table.ceiling is not None and table.utility is not None
                for fig in (headline_figure(table.group, table.utility, table.ceiling.value, FRACTIONS, WORST_CASE,
                                            stem=f"headline-{i}"),
@@ -313,7 +314,8 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     link = os.path.relpath(out.resolve(), leaderboard.parent.resolve()).replace(os.sep, "/")
     write_text_atomic(leaderboard, render_leaderboard(joined.collection, report=link, title=title,
                                                       preamble=matched_markdown(index, joined, tables),
-                                                      headline=headline_markdown(tables, FRACTIONS, first),
+                                                      headline=headline_markdown(
+                                                          tables, FRACTIONS, first_line(index, joined, markdown_text)),
                                                       long=True))
     claims = format_markdown(evaluate(group_results(joined.collection.results)))
     write_text_atomic(folder / "claims.md", f"# The seed papers' claims on benchmark {markdown_text(index['name'])}\n\n"

@@ -15,7 +15,7 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
 h1 { font-size: 1.6rem; margin: .2rem 0; } h2 { border-bottom: 2px solid var(--line); padding-bottom: .2rem; }
 h3 { margin-top: 1.6rem; } h4 { margin: 1rem 0 .3rem; font-family: ui-monospace, monospace; }
 header p, .note, .sig, footer { color: var(--muted); }
-code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: .9em; }
+code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: .9em; overflow-wrap: anywhere; }
 table { border-collapse: collapse; margin: .4rem 0 1rem; display: block; overflow-x: auto; }
 th, td { border: 1px solid var(--line); padding: .25rem .45rem; text-align: left; vertical-align: top; }
 thead th { background: var(--bg2); position: sticky; top: 0; }

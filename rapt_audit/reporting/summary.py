@@ -260,6 +260,9 @@ def _label(row: Row, varying: Iterable[str]) -> str:
             if value is not None:
                 parts.append(f"{symbol}={_fmt(value)}")
                 break
+    # A local-only baseline is named by what the client holds (its head's settings are fixed, the same for all).
+    if is_local_baseline(row.defense) and "client" in row.params:
+        return ", ".join([f"client={row.params['client']}"] + [f"{k}={row.params[k]}" for k in varying if k != "client"])
     # A defense without η, ε or a replacement target (a plugin's ``p``, ``sigma``...) is labelled by the values of
     # its own parameters, in their order, even where they are its defaults: "default" said nothing comparable.
     own = _own_parameters(row.params) if not parts and row.defense != "identity" else []
