@@ -58,10 +58,12 @@ def pytest_configure(config: pytest.Config) -> None:
 #: listed keeps its collection order, after these. Measured core-seconds (2026-11-28, two workers, no data
 #: folder) are in reports/benchmarks.md; re-rank when a file's cost changes much.
 LONGEST_FILES = ("test_conformance.py", "test_attacks_inference.py", "test_local_sweep.py", "test_mechanisms.py",
-                 "test_docs_commands.py", "test_attacks_inversion.py", "test_benchmark.py", "test_ray_sweep.py",
-                 "test_privacy_audit.py", "test_service_cache.py", "test_plugin_examples.py", "test_bundle.py",
-                 "test_examples.py", "test_pretraining.py", "test_plugin_isolation.py", "test_selection.py",
-                 "test_word_mechanisms.py", "test_embedding_service.py", "test_vocab_nn.py")
+                 "test_docs_commands.py", "test_attacks_inversion.py", "test_ray_sweep.py", "test_privacy_audit.py",
+                 "test_benchmark.py", "test_plugin_examples.py", "test_report.py", "test_hostile_results.py",
+                 "test_vocab_nn.py", "test_pretraining.py", "test_embedding_service.py", "test_word_mechanisms.py",
+                 "test_service_cache.py", "test_bayes_inversion.py", "test_selection.py", "test_privatize_memory.py",
+                 "test_bundle.py", "test_word_mechanism_audit.py", "test_cold_start.py", "test_hostile_text.py",
+                 "test_release_cache.py", "test_examples.py", "test_plugin_isolation.py", "test_identity_method.py")
 FILE_ORDER = {name: rank - len(LONGEST_FILES) for rank, name in enumerate(LONGEST_FILES)}
 
 

@@ -38,14 +38,15 @@ INVERSION = ("whitebox", "mlp_inversion", "ae_inversion", "mutual_info")
 
 
 @pytest.fixture(scope="module")
-def mctx(tmp_path_factory) -> Iterator[RunContext]:
+def mctx(tmp_path_factory, seed_warm_cache) -> Iterator[RunContext]:
     # One torch thread for this module: on a shared 2-core machine two OpenMP threads competing
     # with other processes were measured 10x slower than one on the searches and small matmuls here.
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield RunContext(seed=5, profile="smoke", device="cpu", cache_dir=tmp_path_factory.mktemp("cache"))
+    # The cache seeded with the session's embedding table (tests/conftest.py): built once a test run, not here.
+    yield RunContext(seed=5, profile="smoke", device="cpu", cache_dir=seed_warm_cache(tmp_path_factory.mktemp("cache")))
     torch.set_num_threads(threads)
 
 

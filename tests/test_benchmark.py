@@ -37,7 +37,7 @@ else:
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = (ROOT / "benchmarks" / "smoke.toml").read_text(encoding="utf-8")
-BUILTIN = {"identity", "t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr"}
+BUILTIN = {"identity", "local", "t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr"}
 #: The field's word-level sanitizers (issue 44): on the real-data benchmarks, not (yet) on the smoke one.
 WORD = {"santext", "custext", "tem", "mahalanobis", "vickrey"}
 
@@ -57,10 +57,10 @@ inversion = "synthetic"
 attribute = "synthetic"
 
 [splits]
-victim_train = 60
-victim_test = 40
-attacker_train = 60
-attacker_valid = 30
+victim_train = 30
+victim_test = 20
+attacker_train = 30
+attacker_valid = 20
 
 [defenses.identity]
 
@@ -125,7 +125,7 @@ def test_the_smoke_dry_run_lists_every_cell_with_its_cost_and_the_total(tmp_path
     bench = load_benchmark("smoke", check_data=False)
     expected = sum(len(d.points()) for d in bench.defenses) * len(bench.seeds)
     listed = [line for line in text.splitlines() if line.startswith("  defense=")]
-    assert len(listed) == expected == 45 and all("pending" in line and " s " in line for line in listed)
+    assert len(listed) == expected == 54 and all("pending" in line and " s " in line for line in listed)
     assert f"total: {expected} cells, 0 finished, {expected} to run" in text
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
 
@@ -149,7 +149,7 @@ BAD = [
     ('utility = "synthetc"', 'utility = "synthetic"', 'utility = "synthetc"', "Did you mean 'synthetic'"),
     ("atribute =", 'attribute = "synthetic"', 'atribute = "synthetic"', "Did you mean 'attribute'"),
     ("seeds =", "seeds = [0, 1]", "seeds = [0, 0]", "more than once"),
-    ("victim_test =", "victim_test = 40", "victim_test = -1", "victim_test"),
+    ("victim_test =", "victim_test = 20", "victim_test = -1", "victim_test"),
     ("[datasets", "[datasets]", "[datasets", "not valid TOML"),
 ]
 

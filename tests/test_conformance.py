@@ -34,21 +34,30 @@ pytestmark = pytest.mark.usefixtures("_pos_template")
 #: fits twice, for the determinism rule): the rules check the contract (kinds, determinism, ranges,
 #: caching), not how well the network learns, which the attacks' and defenses' own tests check. A plugin
 #: checked with ``rapt-audit plugin check`` runs its smoke profile as before.
-SMALLER = {"ner": {"max_train_sentences": 30, "epochs": 1}, "ner_adaptive": {"max_train_sentences": 30, "epochs": 1},
+SMALLER = {"ner": {"max_train_sentences": 20, "epochs": 1}, "ner_adaptive": {"max_train_sentences": 20, "epochs": 1},
            "bow_inversion": {"epochs": 3}, "ae_inversion": {"epochs": 2}, "rapt": {"plain_tokens": 8}}
 
 
+@pytest.fixture(scope="module")
+def battery_splits():
+    """Half the battery's own splits (:data:`~rapt_audit.plugin_kit.conformance.SPLIT_SIZES`, 60/40/60/30): the
+    rules check kinds, ranges, determinism and caching, which hold at any size; the battery fits everything twice."""
+    from rapt_audit.data import SplitSizes, load_dataset, make_splits
+
+    return make_splits(load_dataset("synthetic"), SplitSizes(30, 20, 30, 20), seed=1)
+
+
 @pytest.mark.parametrize("name", DEFENSES.names())
-def test_defense_contract(name, ctx, synthetic_splits):
-    report = check_plugin("defense", name, params=SMALLER.get(name), ctx=ctx, splits=synthetic_splits)
+def test_defense_contract(name, ctx, battery_splits):
+    report = check_plugin("defense", name, params=SMALLER.get(name), ctx=ctx, splits=battery_splits)
     assert report.passed, report.format()
     if report.skipped:  # a defense skips only what needs a public corpus not available here (SnD: WikiText-2)
         pytest.skip(report.skipped[0].got)
 
 
 @pytest.mark.parametrize("name", ATTACKS.names())
-def test_attack_contract(name, ctx, synthetic_splits):
-    report = check_plugin("attack", name, params=SMALLER.get(name), ctx=ctx, splits=synthetic_splits)
+def test_attack_contract(name, ctx, battery_splits):
+    report = check_plugin("attack", name, params=SMALLER.get(name), ctx=ctx, splits=battery_splits)
     assert report.passed and not report.skipped, report.format()
 
 

@@ -79,6 +79,7 @@ FIXTURES: dict[str, Callable[[Path], object]] = {
 #: What is appended to documented commands to keep them cheap (argparse and --set: the last value wins).
 DRY_RUN = ["--dry-run"]
 CALIBRATE_COST = ["--profile", "smoke"]
+AUDIT_COST = ["--samples", "500"]  # the documented 2,000 releases per input took 6 s; the audit has its own tests
 SMOKE_RUN = ["--profile", "smoke", "--quiet", "--set", "data.victim_train=60", "--set", "data.victim_test=40",
              "--set", "data.attacker_train=60", "--set", "data.attacker_valid=30"]
 
@@ -282,7 +283,8 @@ def test_every_slow_test_runs_in_ci_or_the_readme_says_why_not():
 
 
 @pytest.mark.parametrize("command", _params(COMMANDS, _slow_marks))
-def test_documented_command_runs(command: DocLine, workdir: Path, capsys: pytest.CaptureFixture[str]):
+def test_documented_command_runs(command: DocLine, workdir: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch):
     """Each documented command exits 0: ``run`` as a dry run (nothing written), the others for real."""
     name, argv = command.argv[1], list(command.argv[1:])
     if name == "run":
@@ -316,7 +318,13 @@ def test_documented_command_runs(command: DocLine, workdir: Path, capsys: pytest
         return
     _build_fixtures(command.argv, workdir)
     if name == "calibrate":
+        from rapt_audit.data import public
+
         argv += CALIBRATE_COST
+        # A quarter of the smoke profile's calibration sentences: each η of the documented list privatizes them all.
+        monkeypatch.setitem(public.CALIBRATION_SENTENCES, "smoke", public.CALIBRATION_SENTENCES["smoke"] // 4)
+    if name == "audit":
+        argv += AUDIT_COST
     code, out, err = _main(argv, capsys)
     assert code == 0, f"{command.where}: {shlex.join(argv)} exited {code}: {err or out}"
 

@@ -52,6 +52,14 @@ def rapt_audit(args: list[str], site: Path, cwd: Path) -> subprocess.CompletedPr
     return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _session_cache_with_the_table(tmp_path_factory: pytest.TempPathFactory, seed_warm_cache) -> None:
+    """The fresh processes use the session's cache folder (conftest's ``RAPT_AUDIT_CACHE``): seeded with the
+    embedding table, so that a run or check there reads it rather than loading the model to build it (4.5 s
+    each), whichever files ran before in this worker."""
+    seed_warm_cache(tmp_path_factory.getbasetemp() / "cache")
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Both example packages, installed into a temporary folder."""
@@ -96,15 +104,19 @@ def test_the_examples_run_in_an_audit_record_their_versions_and_render(site: Pat
     assert "word_drop" in html and "verbatim_share" in html and "rapt-audit-word-drop 0.1.0" in html
 
 
-def test_a_new_skeleton_installs_and_passes_the_check_and_is_never_overwritten(tmp_path: Path):
+def test_a_new_skeleton_installs_and_passes_the_check_and_is_never_overwritten(tmp_path: Path, capsys):
+    from rapt_audit.cli import main
+
+    # ``plugin new`` only writes files: run in this process (a fresh one per call cost 0.7 s each); the check,
+    # which must find the installed packages, runs in a fresh process below.
     made = tmp_path / "made"
     for kind, name in (("defense", "my_defense"), ("attack", "my_attack")):
-        done = rapt_audit(["plugin", "new", kind, name, "--dir", str(made)], tmp_path, tmp_path)
-        assert done.returncode == 0, done.stderr
+        assert main(["plugin", "new", kind, name, "--dir", str(made)]) == 0, capsys.readouterr().err
     module = made / "my-defense" / "my_defense.py"
     before = module.read_text(encoding="utf-8")
-    again = rapt_audit(["plugin", "new", "defense", "my_defense", "--dir", str(made)], tmp_path, tmp_path)
-    assert again.returncode == 2 and "never overwrites" in again.stderr
+    capsys.readouterr()
+    assert main(["plugin", "new", "defense", "my_defense", "--dir", str(made)]) == 2
+    assert "never overwrites" in capsys.readouterr().err
     assert module.read_text(encoding="utf-8") == before
     assert sorted(p.name for p in (made / "my-attack").rglob("*") if p.is_file()) == [
         "README.md", "my_attack.py", "pyproject.toml", "test_my_attack.py"]

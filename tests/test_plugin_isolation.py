@@ -36,6 +36,8 @@ from tests.fake_plugins import FakeAttack, OutOfRange, ReturnsFloat, UndeclaredM
 from tests.result_factory import fake_result
 
 SMOKE = ["--profile", "smoke", "--dataset", "synthetic", "--quiet"]
+#: Split sizes for the runs computed in this process, whose subject (who is blamed, which signature) is not the numbers.
+TINY_SPLITS = {"victim_train": 60, "victim_test": 40, "attacker_train": 60, "attacker_valid": 30}
 
 
 _estimate, _Attack = estimate, FakeAttack
@@ -212,7 +214,7 @@ def test_an_error_of_the_release_cache_is_not_blamed_on_the_defense(warm_cache, 
     monkeypatch.setattr(cache.ReleaseStore, "save", full_disk)
     with pytest.raises(OSError, match="No space left") as caught:
         compute(RunConfig(defense="t2t", attacks="random_guess", profile="smoke", dataset="synthetic",
-                          defense_args={"eta": 75}))
+                          defense_args={"eta": 75}, data_args=TINY_SPLITS))
     assert not isinstance(caught.value, PluginError)
 
 
@@ -460,7 +462,8 @@ def test_a_plugin_defense_joins_the_builtins_table_and_a_plugin_attack_names_its
     register(ATTACKS, "probe", probe, origin="rapt-audit-probe 2.0")
     monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     runs = {name: compute(RunConfig(defense=name, attacks="random_guess,probe", profile="smoke", dataset="synthetic",
-                                    defense_args={"eta": 50, "method": "probe"}))  # no service training
+                                    defense_args={"eta": 50, "method": "probe"},  # no service training
+                                    data_args=TINY_SPLITS))
             for name in ("embedding", "keeper")}
     assert runs["keeper"].signature == runs["embedding"].signature  # one table
     assert "plugins:rapt-audit-probe=2.0" in runs["keeper"].signature and "keeper" not in runs["keeper"].signature

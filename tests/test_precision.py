@@ -116,6 +116,7 @@ def test_a_run_records_the_precision_its_networks_used(warm_cache, tmp_path, mon
     monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     result = compute(RunConfig(defense="t2t", attacks="random_guess", profile="smoke", dataset="synthetic",
                                precision="bf16", defense_args={"eta": 75, "method": "prompt", "epochs": 1},
-                               data_args={"victim_train": 60, "victim_test": 30}))
+                               data_args={"victim_train": 30, "victim_test": 20, "attacker_train": 30,
+                                          "attacker_valid": 20}))  # what is recorded, not the numbers
     assert result.env["precision"] == "bf16"
     assert result.defense["release_meta"]["customization"]["settings"]["precision"] == "bf16"

@@ -166,9 +166,12 @@ def _poisoned(records: list[Record]) -> list[Record]:
 def test_a_poisoned_test_split_cannot_change_the_choice(ctx, synthetic_splits):
     """Flipped labels and replaced texts in the test split: same validation curves, same choice."""
     params = {"method": "prompt", "eta": 100.0, "lr_grid": "3e-3,1e-2", "epochs": 2}  # two: an epoch to choose too
+    # 30 training texts (the validation split's 15 and 15 trained on): what is checked is where the choice's
+    # numbers come from, not how well the service learns; the two fits train everything twice.
+    train = synthetic_splits.victim_train[:30]
     outcomes = []
     for test in (list(synthetic_splits.victim_test), _poisoned(list(synthetic_splits.victim_test))):
-        defense = make_plugin(DEFENSES, "t2t", params).fit(synthetic_splits.victim_train, ctx=ctx)
+        defense = make_plugin(DEFENSES, "t2t", params).fit(train, ctx=ctx)
         utility = defense.utility(test, ctx=ctx)
         outcomes.append((utility["accuracy"].value, defense._training))  # what release.meta records
     (clean_accuracy, clean), (poisoned_accuracy, poisoned) = outcomes
@@ -178,7 +181,7 @@ def test_a_poisoned_test_split_cannot_change_the_choice(ctx, synthetic_splits):
     selection = clean["selection"]
     assert selection["lr_grid"] == [3e-3, 1e-2] and not selection["pinned"]
     assert selection["chosen"]["lr"] in (3e-3, 1e-2) and clean["settings"]["lr"] == selection["chosen"]["lr"]
-    assert clean["train_examples"] == len(synthetic_splits.victim_train)
+    assert clean["train_examples"] == len(train)
     assert selection["validation_examples"] + selection["trained_on_examples"] == clean["train_examples"]
 
 

@@ -19,7 +19,8 @@ from rapt_audit.pipeline.runner import compute
 def _run(precision: str = "fp32", eta: float = 75):
     return compute(RunConfig(defense="t2t", attacks="random_guess", profile="smoke", dataset="synthetic",
                              precision=precision, defense_args={"eta": eta, "method": "prompt", "epochs": 1},
-                             data_args={"victim_train": 60, "victim_test": 30}))
+                             data_args={"victim_train": 30, "victim_test": 20, "attacker_train": 30,
+                                        "attacker_valid": 20}))  # what is stored and read, not the numbers
 
 
 @pytest.fixture(scope="module")

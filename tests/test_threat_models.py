@@ -25,6 +25,9 @@ from rapt_audit.reporting.report import build_report
 from tests.fake_plugins import FakeAttack
 from tests.result_factory import fake_result
 
+#: Split sizes for runs whose subject is what is recorded and reported, not the numbers.
+TINY_SPLITS = {"victim_train": 60, "victim_test": 40, "attacker_train": 60, "attacker_valid": 30}
+
 ROOT = Path(__file__).resolve().parents[1]
 load()
 
@@ -83,7 +86,7 @@ def test_a_run_records_each_attacks_threat_model(warm_cache, tmp_path, monkeypat
     ATTACKS.add("plain_attack", _Attack)
     try:
         result = compute(RunConfig(defense="identity", attacks="random_guess,plain_attack", profile="smoke",
-                                   dataset="synthetic"))
+                                   dataset="synthetic", data_args=TINY_SPLITS))
     finally:
         ATTACKS.remove("plain_attack")
     recorded = result.env["threat_models"]

@@ -98,7 +98,9 @@ def test_a_token_embedding_plugin_passes_the_conformance_battery(registered):
 def test_a_token_embedding_plugin_runs_and_reports_without_eta(warm_cache, registered, tmp_path, monkeypatch):
     monkeypatch.setenv("RAPT_AUDIT_CACHE", str(warm_cache))
     result = compute(RunConfig(defense="gaussian_rows", attacks="random_guess", profile="smoke",
-                               dataset="synthetic", defense_args={"sigma": 0.1, "method": "probe"}))
+                               dataset="synthetic", defense_args={"sigma": 0.1, "method": "probe"},
+                               data_args={"victim_train": 60, "victim_test": 40, "attacker_train": 60,
+                                          "attacker_valid": 30}))  # what is reported, not the numbers
     assert set(result.defense["params"]) == {"sigma"} | TOKEN_SERVICE_PARAMETERS
     assert "eta" not in result.defense["release_meta"]
     write_result(result, tmp_path / "gaussian")
