@@ -50,3 +50,14 @@ def test_the_long_table_has_a_line_per_setting_and_measure_and_a_defenses_own_di
     own = lines[lines.index("A defense's own diagnostics (variants of its utility it reports beside the service's):"):]
     assert [line for line in own if "client_only" in line] == [line for line in body if "client_only" in line]
     assert len([line for line in own if "client_only" in line]) == 3
+
+
+def test_the_small_multiples_put_every_bounded_attack_on_shared_axes():
+    from rapt_audit.reporting.overview_figures import small_multiples_figure
+
+    group = _with_local(0.10, worst=True)
+    fig = small_multiples_figure(group, "accuracy", ["whitebox", "worst_case", "no_such_attack"], stem="attacks-1")
+    assert fig is not None and "shared axes" in fig.caption
+    svg = fig.svg.decode("utf-8")
+    assert "whitebox" in svg and "worst_case" in svg and "no_such_attack" not in svg
+    assert small_multiples_figure(group, "accuracy", ["no_such_attack"], stem="x") is None

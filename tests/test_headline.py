@@ -80,7 +80,7 @@ def test_the_first_screen_shows_the_headline_whole_at_1280_by_800(tmp_path):
 
 
 def test_the_headline_figure_has_a_panel_per_release_kind_the_targets_and_the_baselines(tmp_path):
-    from rapt_audit.reporting.figures import headline_figure
+    from rapt_audit.reporting.overview_figures import headline_figure
 
     group = _with_local(0.10, worst=True)
     table = matched(group, fractions=(0.9, 0.95), resamples=50)

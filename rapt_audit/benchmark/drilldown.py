@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from rapt_audit.api.types import Skip
 from rapt_audit.benchmark.matched import REFERENCE, Matched
-from rapt_audit.reporting.figures import Figure, heatmap_figure
+from rapt_audit.reporting.figures import Figure
+from rapt_audit.reporting.overview_figures import heatmap_figure
 from rapt_audit.reporting.summary import is_local_baseline
 
 #: Skip reasons that mean the attack cannot read the release (pipeline/contracts.unreadable_release's wording).
@@ -20,7 +21,7 @@ _DOES_NOT_APPLY = ("needs a release of kind", "does not apply")
 
 
 def why_not(table: Matched, defense: str, attack: str) -> str:
-    """Why ``defense`` has no reading under ``attack``: a state of :data:`rapt_audit.reporting.figures.CELL_STATES`."""
+    """Why ``defense`` has no reading under ``attack``: a state of :data:`rapt_audit.reporting.overview_figures.CELL_STATES`."""
     reasons = [r.privacy.get(attack) for r in table.group.rows if r.defense == defense]
     skips = [s.reason for s in reasons if isinstance(s, Skip)]
     if skips and all(reason.startswith(_DOES_NOT_APPLY) for reason in skips):

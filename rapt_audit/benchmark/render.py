@@ -28,7 +28,7 @@ from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
 from rapt_audit.pipeline.results import RESULT_FILE
 from rapt_audit.pipeline.sweep import SWEEP_INDEX
 from rapt_audit.reporting.claims import evaluate, format_markdown
-from rapt_audit.reporting.figures import headline_figure
+from rapt_audit.reporting.overview_figures import headline_figure, small_multiples_figure
 from rapt_audit.reporting.leaderboard import render_leaderboard
 from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.report import write_report
@@ -306,7 +306,8 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     figures = [fig for i, table in enumerate(tables, 1) if table.ceiling is not None and table.utility is not None
                for fig in (headline_figure(table.group, table.utility, table.ceiling.value, FRACTIONS, WORST_CASE,
                                            stem=f"headline-{i}"),
-                           *(heatmap(table, f, _attacks(table), stem=f"heatmap-{i}-{100 * f:.0f}") for f in FRACTIONS))
+                           *(heatmap(table, f, _attacks(table), stem=f"heatmap-{i}-{100 * f:.0f}") for f in FRACTIONS),
+                           small_multiples_figure(table.group, table.utility, _attacks(table), stem=f"attacks-{i}"))
                if fig is not None]
     write_report([], out=out, title=title, collection=joined.collection,
                  headline=headline_html(tables, FRACTIONS, first), headline_figures=figures,
