@@ -148,8 +148,9 @@ def first_line(index: dict[str, Any], joined: Joined, escape: Callable[[str], st
     name, the one part read from a file)."""
     signatures = [str(loaded.result.signature) for loaded in joined.collection.results]
     codes = sorted({s.split("|code:")[1].split("|")[0] for s in signatures if "|code:" in s})
-    return (f"{escape(str(index['name']))} — profile {index['profile']}, seeds {', '.join(map(str, index['seeds']))}, "
-            f"{len(joined.cells)} of {len(index['cells'])} cells, code {', '.join(codes) or 'unknown'}. Worst-case "
+    seeds = ", ".join(map(str, index["seeds"]))
+    return (f"{escape(str(index['name']))} — profile {index['profile']}, seeds {seeds}, {len(joined.cells)} of "
+            f"{len(index['cells'])} cells, code {', '.join(codes) or 'unknown'}. Worst-case "
             "privacy is the strongest inversion attack that reads the release; the method, the per-attack tables, "
             "signatures and full provenance are below.")
 
