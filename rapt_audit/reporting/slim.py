@@ -76,8 +76,8 @@ def slim_files(paths: Sequence[str | Path], *, dry_run: bool = False) -> list[tu
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register the ``slim`` sub-command."""
-    p = sub.add_parser("slim", help="remove per-record parts from result files (small files to commit; "
-                                    "comparisons with them become unpaired)")
+    p = sub.add_parser("slim", help="remove per-record parts from result files (every comparison with them becomes "
+                                    "unpaired: never slim a benchmark folder you commit or publish)")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories (or result files)")
     p.add_argument("--dry-run", dest="dry_run", action="store_true", help="say what would be saved; write nothing")
 
