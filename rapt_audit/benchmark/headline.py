@@ -6,12 +6,13 @@ group by its reading:
 - **setting at the target**: the setting a user deploys — the most private of its private settings whose
   utility (seeds combined) reaches the target; none where no private setting does;
 - **utility** of that setting;
-- **worst-case privacy** of that setting: its privacy under the strongest inversion attack that reads its release
-  (``worst_case``, computed inside each resample; seeds combined), with its interval, and the attack that was
-  strongest most often at that setting (``weakest to``);
+- **worst-case privacy at the target**: the defense's frontier under the strongest inversion attack that reads its
+  release (``worst_case``, computed inside each resample) read at the target, with its interval (the reading of
+  :mod:`rapt_audit.benchmark.matched`; "≥" where the grid stops above it), and the attack that was strongest most
+  often at the deployable setting (``weakest to``);
 - **vs sending nothing**: that setting's paired margin over the best local-only baseline and its verdict;
-- **rank at the target**: the 95 % rank interval of the defense's worst-case reading at the target among every
-  defense (:mod:`rapt_audit.benchmark.paired`: each seed's frontier read at the target; paired readings only).
+- **rank**: the 95 % rank interval of that reading among every defense (:mod:`rapt_audit.benchmark.paired`: each
+  seed's frontier read at the target; paired readings only).
 
 Rows of a release kind are ranked by that reading (no reading last).
 
@@ -35,8 +36,8 @@ from rapt_audit.reporting.summary import Row, fmt_estimate, is_local_baseline
 
 #: The column the headline reads privacy from, and the columns it shows.
 MEASURE = WORST_CASE
-COLUMNS = ("defense", "setting at the target", "utility", "worst-case privacy ↑", "weakest to", "vs sending nothing",
-           "rank at the target")
+COLUMNS = ("defense", "setting at the target", "utility", "worst-case privacy at the target ↑", "weakest to",
+           "vs sending nothing", "rank")
 #: The cells that hold names read from result files (defense, setting, attack): the ones Markdown escapes.
 _FOREIGN = frozenset({0, 1, 4})
 #: Release kinds as the headline names its groups, in the order it shows them.
@@ -100,13 +101,14 @@ def headline(table: Matched, fraction: float) -> list[Line]:
         # No deployable setting where the frontier does not reach the target at every seed (the reading's rule).
         reading = readings[defense]
         chosen = deployable(mine, utility, target) if reading.value is not None else None
-        # The deployable setting's own worst case (its seeds combined): what a user who deploys it gets. The rank is
-        # the frontier's reading at the target (the per-attack tables below), paired where the results allow.
-        value = fmt_estimate(chosen.privacy[MEASURE]) if chosen is not None else reading.kind  # type: ignore[arg-type]
+        # The frontier's reading at the target (as the per-attack tables below, paired where the results allow): the
+        # same number the row is ranked by; "≥" where the grid stops above the target.
+        value = (("≥ " if reading.kind == "lower bound" else "") + fmt_estimate(reading.value)
+                 if reading.value is not None else reading.kind)
         ranks = ranking.ranks.get(defense) if ranking is not None else None
         lines.append(Line(_release(mine[0]), (
             defense, chosen.setting if chosen is not None else
-            "–" if reading.kind == "not measured" else "none reaches it at every seed",
+            "–" if reading.kind == "not measured" or reading.value is not None else "none reaches it at every seed",
             fmt_estimate(chosen.utility[utility]) if chosen is not None else "–", value,
             _weakest_to(chosen) if chosen is not None else "–",
             _margin(margins.get(id(chosen))) if chosen is not None else "–",

@@ -118,9 +118,12 @@ def _verdict(readings: list[Reading], draws: dict[str, np.ndarray]) -> str:
         if other is best:
             continue
         a, b = draws[best.defense], draws[other.defense]
-        # Not reached counts as worse than any reading; neither reached, as a tie.
-        diff = np.where(np.isnan(a) & np.isnan(b), 0.0,
-                        np.where(np.isnan(a), -np.inf, np.where(np.isnan(b), np.inf, a - b)))
+        # Not reached counts as worse than any reading; a resample where neither reached is left out (not a tie).
+        either = ~(np.isnan(a) & np.isnan(b))
+        diff = np.where(np.isnan(a), -np.inf, np.where(np.isnan(b), np.inf, a - b))[either]
+        if diff.size == 0:
+            ties.append(other.defense)
+            continue
         if not np.quantile(diff, 0.025, method="lower") > 0:  # no interpolation: the draws hold ±inf
             ties.append(other.defense)
         elif other.kind == "lower bound":
@@ -188,7 +191,9 @@ def _unpaired(out: Matched, attack: str, rows: dict[str, list[Row]], ceiling_row
     assert out.ceiling is not None and utility is not None
     sampled: dict[str, tuple[list[Point], list[np.ndarray], list[np.ndarray]]] = {}
     for defense, mine in rows.items():
-        points = pareto_points(Group(group.signature, mine), attack, utility)
+        # Private settings only (the reference excepted): never a chord towards sending the text in the clear.
+        points = [p for p in pareto_points(Group(group.signature, mine), attack, utility)
+                  if defense == REFERENCE or not p.key.no_privacy]
         rows_of = [p.key for p in points]
         # The ceiling's row is drawn once: its utility in a resample is the ceiling of that resample.
         utilities = [ceilings if r is ceiling_row else _draws(r.utility[utility], len(r.seeds), rng, resamples,
@@ -201,13 +206,16 @@ def _unpaired(out: Matched, attack: str, rows: dict[str, list[Row]], ceiling_row
         for defense, (points, us, ps) in sampled.items():
             # The attack skipped (or failed on) every setting, or ran only where the defense adds no noise
             # (SnD's mutual information declines clipped releases): no frontier to read, not a bound.
-            if not points or (defense != REFERENCE and all(p.key.no_privacy for p in points)):
+            if not points:
                 readings.append(Reading(defense, None, "not measured", (), 0.0))
                 continue
             value, kind, between = at_utility(points, f * out.ceiling.value)
             draws[defense] = np.array([_resampled(points, us, ps, i, f * ceilings[i]) for i in range(resamples)])
             # The reference has one setting: its privacy is what it is, not a bound on a frontier.
             kind = "reference" if defense == REFERENCE and value is not None else kind
+            if value is None and any(r.no_privacy and utility in r.utility and r.utility[utility].value
+                                     >= f * out.ceiling.value for r in rows[defense]):
+                kind = "not bracketed"  # only the no-privacy setting keeps the target
             readings.append(_reading(defense, value, kind, between, draws[defense]))
         out.readings[attack][f] = readings
         out.verdicts[attack][f] = _verdict(readings, draws) + " (unpaired)"

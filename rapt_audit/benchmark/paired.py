@@ -19,15 +19,16 @@ outcomes:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.paired_rows import privacy_measures, utility_measures
 from rapt_audit.scoring.hierarchical import (LOWER_BOUND, MEASURED, NOT_REACHED, Measure, Ranking, Resampler,
-                                             interval, rank, read_frontier)
+                                             interval, interval_with_seeds, rank, read_frontier)
 from rapt_audit.reporting.summary import Group, Row, is_local_baseline
 
 #: The defense whose utility is the ceiling, and which is shown for reference, never named best.
@@ -106,6 +107,8 @@ class Pairing:
                 if measures is None:
                     return None
                 utilities[id(row)] = measures
+        if not same_records(utilities.values()):
+            return None
         resampler = Resampler(ceiling_row.seeds, resamples, np.random.default_rng([seed, 38]))
         return cls(resampler, utilities, ceiling_row, group.rows)
 
@@ -131,16 +134,18 @@ class Pairing:
                     if measures is None:
                         return None
                     measured[defense].append((row, measures))
+        if not same_records([m for listed in measured.values() for _, m in listed]):
+            return None  # another defense's records at a seed: they cannot be drawn jointly
         sampled = {d: self._sampled(listed, d == REFERENCE) for d, listed in measured.items()}
         out = {}
         for f in fractions:
-            readings, draws = [], {}
+            readings, draws, per_seed = [], {}, {}
             for defense, found in sampled.items():
-                reading, drawn = self._reading(defense, found, f)
+                reading, drawn, seeds = self._reading(defense, found, f)
                 readings.append(reading)
                 if drawn is not None and defense != REFERENCE:
-                    draws[defense] = drawn
-            out[f] = (readings, *verdict(readings, draws))
+                    draws[defense], per_seed[defense] = drawn, seeds
+            out[f] = (readings, *verdict(readings, draws, per_seed))
         return out
 
     def against_local(self) -> list[Margin]:
@@ -150,18 +155,31 @@ class Pairing:
         local = [r for r in self.rows if is_local_baseline(r.defense) and id(r) in self.utilities]
         if not local:
             return []
-        best = np.stack([self._cached(self.utilities[id(r)]) for r in local], axis=-1).max(axis=-1)
-        best_point = np.stack([self.resampler.point(self.utilities[id(r)]) for r in local], axis=-1).max(axis=-1)
-        gain, gain_point = (self.ceilings - best).mean(axis=-1), float((self.ceiling_point - best_point).mean())
+        with warnings.catch_warnings():  # a seed no client was measured at: all-NaN there, left out below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            best = np.nanmax(np.stack([self._cached(self.utilities[id(r)]) for r in local], axis=-1), axis=-1)
+            best_point = np.nanmax(np.stack([self.resampler.point(self.utilities[id(r)]) for r in local], axis=-1),
+                                   axis=-1)
+        gain_seeds = self.ceiling_point - best_point
+        gain = _seed_mean(self.ceilings - best)
+        # The share of the gain is read only where the service's gain over sending nothing is established.
+        established_gain = gain_seeds.size and np.nanmean(gain_seeds) > 0 and interval_with_seeds(
+            float(np.nanmean(gain_seeds)), gain, gain_seeds).ci_low > 0
         out = []
         for row in self.rows:
             if is_local_baseline(row.defense) or id(row) not in self.utilities:
                 continue
-            drawn = (self._cached(self.utilities[id(row)]) - best).mean(axis=-1)
-            point = float((self.resampler.point(self.utilities[id(row)]) - best_point).mean())
-            with np.errstate(divide="ignore", invalid="ignore"):
-                share = interval(point / gain_point, drawn / gain) if gain_point > 0 else None
-            out.append(Margin(row, interval(point, drawn), share))
+            per_seed = self.resampler.point(self.utilities[id(row)]) - best_point
+            if np.isnan(per_seed).all():
+                continue  # no seed shared with a baseline: nothing to compare
+            drawn = _seed_mean(self._cached(self.utilities[id(row)]) - best)
+            point = float(np.nanmean(per_seed))
+            share = None
+            if established_gain:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = drawn / gain
+                share = interval(point / float(np.nanmean(gain_seeds)), np.where(np.isfinite(ratio), ratio, np.nan))
+            out.append(Margin(row, interval_with_seeds(point, drawn, per_seed), share))
         return out
 
     def _cached(self, measures: Mapping[int, Measure]) -> np.ndarray:
@@ -182,29 +200,38 @@ class Pairing:
                         np.stack([self.resampler.point(u) for u in utils], axis=-1),
                         np.stack([self.resampler.point(m) for _, m in chosen], axis=-1))
 
-    def _reading(self, defense: str, found: _Defense | None, fraction: float) -> tuple[Reading, np.ndarray | None]:
+    def _reading(self, defense: str, found: _Defense | None,
+                 fraction: float) -> tuple[Reading, np.ndarray | None, np.ndarray | None]:
+        """The reading, its resampled values and its per-seed values on the data (NaN: not read at that seed)."""
         if found is None:
-            return Reading(defense, None, "not measured", (), 0.0), None
+            return Reading(defense, None, "not measured", (), 0.0), None, None
         if defense == REFERENCE:
-            drawn = found.privacy[..., 0].mean(axis=-1)
-            value = float(found.privacy_point[:, 0].mean())
-            return Reading(defense, interval(value, drawn), "reference", (found.rows[0].setting,)), drawn
+            drawn, seeds = _seed_mean(found.privacy[..., 0]), found.privacy_point[:, 0]
+            if np.isnan(seeds).all():
+                return Reading(defense, None, "not measured", (), 0.0), None, seeds
+            value = float(np.nanmean(seeds))
+            return (Reading(defense, interval_with_seeds(value, drawn, seeds), "reference", (found.rows[0].setting,)),
+                    drawn, seeds)
         values, _, _, _ = read_frontier(found.utility, found.privacy, fraction * self.ceilings)
-        drawn = values.mean(axis=-1)  # NaN when some drawn seed does not reach the target
+        drawn = _read_over_seeds(values, _measured(found.utility, found.privacy))
         reached = float(np.mean(~np.isnan(drawn)))
         targets = fraction * self.ceiling_point
         point, code, above, below = read_frontier(found.utility_point, found.privacy_point, targets)
-        if np.isnan(point).any():
-            return Reading(defense, None, self._why_not(defense, found, targets, code), (), reached), drawn
+        measured = _measured(found.utility_point, found.privacy_point)
+        if not measured.any():
+            return Reading(defense, None, "not measured", (), 0.0), None, point
+        if np.isnan(point[measured]).any():
+            return Reading(defense, None, self._why_not(defense, found, targets, code), (), reached), drawn, point
         labels = [r.setting for r in found.rows]
         between = tuple(dict.fromkeys(labels[i] for pair in zip(below, above) for i in pair if i >= 0))
-        kind = ("lower bound" if (code == LOWER_BOUND).any() else
-                "measured" if (code == MEASURED).all() else "interpolated")
-        return Reading(defense, interval(float(point.mean()), drawn), kind, between, reached), drawn
+        kind = ("lower bound" if (code[measured] == LOWER_BOUND).any() else
+                "measured" if (code[measured] == MEASURED).all() else "interpolated")
+        value = float(point[measured].mean())
+        return Reading(defense, interval_with_seeds(value, drawn, point), kind, between, reached), drawn, point
 
     def _why_not(self, defense: str, found: _Defense, targets: np.ndarray, code: np.ndarray) -> str:
         """``not bracketed`` when, at every seed a private setting misses, the no-privacy setting reaches."""
-        missing = code == NOT_REACHED
+        missing = (code == NOT_REACHED) & _measured(found.utility_point, found.privacy_point)
         open_rows = [r for r in self.rows if r.defense == defense and r.no_privacy and id(r) in self.utilities]
         for row in open_rows:
             reach = self.resampler.point(self.utilities[id(row)]) >= targets
@@ -213,12 +240,48 @@ class Pairing:
         return "not reached"
 
 
-def verdict(readings: Sequence[Reading], draws: Mapping[str, np.ndarray]) -> tuple[Ranking, str]:
-    """The ranking of the candidates and the best verdict's text (this module's docstring)."""
+def _measured(utility: np.ndarray, privacy: np.ndarray) -> np.ndarray:
+    """Where (resample × seed, or seed) some setting was measured at all: a seed a defense never ran is not a
+    target it missed."""
+    return (~(np.isnan(utility) | np.isnan(privacy))).any(axis=-1)
+
+
+def _read_over_seeds(values: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """Each resample's reading: the mean over its drawn seeds where the defense was measured; NaN where one of those
+    does not reach the target, or none was measured."""
+    missed = (np.isnan(values) & measured).any(axis=-1)
+    count = measured.sum(axis=-1)
+    total = np.where(measured, np.nan_to_num(values), 0.0).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(missed | (count == 0), np.nan, total / count)
+
+
+def _seed_mean(values: np.ndarray) -> np.ndarray:
+    """The mean over the drawn seeds (last axis) that have a value; NaN where none has."""
+    count = (~np.isnan(values)).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(count == 0, np.nan, np.nansum(values, axis=-1) / count)
+
+
+def same_records(measures: Iterable[Mapping[int, Measure]]) -> bool:
+    """Whether every measure holds as many records at a seed as every other measure of its kind there, as measures
+    of one benchmark's defenses do (the same victim records); held values (no parts) count as any."""
+    counts: dict[int, set[int]] = {}
+    for by_seed in measures:
+        for seed, measure in by_seed.items():
+            counts.setdefault(seed, set()).update(len(p[0]) for p in measure.parts if not isinstance(p, float))
+    return all(len(sizes) <= 1 for sizes in counts.values())
+
+
+def verdict(readings: Sequence[Reading], draws: Mapping[str, np.ndarray],
+            per_seed: Mapping[str, np.ndarray] | None = None) -> tuple[Ranking, str]:
+    """The ranking of the candidates and the best verdict's text (this module's docstring); ``per_seed``: each
+    candidate's readings at the seeds, for the seed-level test of :func:`~rapt_audit.scoring.hierarchical.rank`."""
     candidates = [r for r in readings if r.defense != REFERENCE and not is_local_baseline(r.defense)
                   and r.value is not None]
     best = max(candidates, key=lambda r: r.value.value) if candidates else None  # type: ignore[union-attr]
-    ranking = rank({d: v for d, v in draws.items() if not is_local_baseline(d)}, best.defense if best else None)
+    ranking = rank({d: v for d, v in draws.items() if not is_local_baseline(d)}, best.defense if best else None,
+                   per_seed)
     if best is None:
         return ranking, "no defense reaches it"
     chance = f"P(best) {ranking.p_best.get(best.defense, 0.0):.2f}"

@@ -24,6 +24,11 @@ left out): one-sided, Holm's step-down over the comparisons with the other candi
 (the two-sided 95 % of every interval here). The no-privacy reference and the local-only baselines are never
 candidates.
 
+With few seeds the seed level of any bootstrap under-covers (three seeds hold a seed-dominated mean between their
+extremes at most 75 % of the time), so an interval is widened to the Student-t interval over the per-seed values
+where that is wider (:func:`interval_with_seeds`), and a lead must also hold in the paired t-test over the seeds
+(:func:`seed_t_pvalue`): one seed establishes nothing.
+
 A measure whose per-record parts were not kept is usable only when the run clipped it at 1 (no better than
 the attacker's chance guess: content and attribute privacy keep no parts then); it is held at 1 in every
 resample, as :mod:`rapt_audit.scoring.worst_case` does. Any other missing part makes the caller fall back to
@@ -200,9 +205,15 @@ class Ranking:
     detectable: float | None = None
 
 
-def rank(draws: Mapping[str, np.ndarray], best: str | None) -> Ranking:
+def rank(draws: Mapping[str, np.ndarray], best: str | None,
+         per_seed: Mapping[str, np.ndarray] | None = None) -> Ranking:
     """Probability of being best, rank intervals, and whether ``best``'s lead over each other candidate is
-    established (Holm, :data:`ALPHA`, one-sided, over resamples where at least one of the two reached)."""
+    established (Holm, :data:`ALPHA`, one-sided, over resamples where at least one of the two reached).
+
+    With ``per_seed`` (each candidate's readings at the seeds, on the data), a lead must also hold in the paired
+    one-sided t-test over the seeds where both read (:func:`seed_t_pvalue`): resampling three seeds alone covers a
+    seed-dominated difference in at most 75 % of samples, so the bootstrap's p-value is never trusted below the
+    t-test's (no lead is established from one seed)."""
     names = list(draws)
     if not names:
         return Ranking({}, {}, {}, 0)
@@ -215,9 +226,11 @@ def rank(draws: Mapping[str, np.ndarray], best: str | None) -> Ranking:
     share = winners / np.maximum(winners.sum(axis=0), 1)
     compared = int(any_reached.sum())
     p_best = {n: float(share[i].sum() / compared) if compared else 0.0 for i, n in enumerate(names)}
-    ranks_drawn = 1 + (filled[None, :, :] > filled[:, None, :]).sum(axis=1)
-    ranks = {n: (int(np.quantile(ranks_drawn[i], 0.025, method="lower")),
-                 int(np.quantile(ranks_drawn[i], 0.975, method="higher"))) for i, n in enumerate(names)}
+    # Ranks over the resamples where some candidate reached (as P(best)): elsewhere every one would rank first.
+    ranks_drawn = (1 + (filled[None, :, :] > filled[:, None, :]).sum(axis=1))[:, any_reached]
+    ranks = {n: ((int(np.quantile(ranks_drawn[i], 0.025, method="lower")),
+                  int(np.quantile(ranks_drawn[i], 0.975, method="higher"))) if compared else (len(names), len(names)))
+             for i, n in enumerate(names)}
     established: dict[str, bool] = {}
     if best is not None and best in names:
         lead = filled[names.index(best)]
@@ -230,12 +243,52 @@ def rank(draws: Mapping[str, np.ndarray], best: str | None) -> Ranking:
             # One-sided p: the share of informative resamples where the lead is not positive (+1 smoothing, so
             # a finite number of resamples never claims p = 0).
             p_values[other] = (1 + int((diff <= 0).sum())) / (1 + diff.size)
+            if per_seed is not None:
+                p_values[other] = max(p_values[other], seed_t_pvalue(per_seed[best] - per_seed[other]))
         ordered = sorted(p_values, key=p_values.get)  # type: ignore[arg-type]
         holding = True
         for k, other in enumerate(ordered):
             holding = holding and p_values[other] <= ALPHA / (len(ordered) - k)
             established[other] = holding
     return Ranking(p_best, ranks, established, compared, detectable)
+
+
+def seed_t_pvalue(differences: np.ndarray) -> float:
+    """One-sided p-value that the mean of the per-seed ``differences`` (NaN: not read at that seed) is above 0:
+    Student's t with n − 1 degrees of freedom; 1 with fewer than two seeds (one seed cannot show a seed-level
+    effect), 0 or 1 when every seed agrees exactly."""
+    from scipy import stats as sps  # lazy (scipy)
+
+    d = np.asarray(differences, dtype=np.float64)
+    d = d[~np.isnan(d)]
+    if d.size < 2:
+        return 1.0
+    spread = float(np.std(d, ddof=1))
+    if spread == 0:
+        return 0.0 if d.mean() > 0 else 1.0
+    return float(sps.t.sf(d.mean() / (spread / np.sqrt(d.size)), d.size - 1))
+
+
+def seed_t_interval(values: np.ndarray) -> tuple[float, float] | None:
+    """The 95 % Student-t interval of the mean of per-seed ``values`` (NaN left out); None with fewer than two."""
+    from scipy import stats as sps  # lazy (scipy)
+
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size < 2:
+        return None
+    half = float(sps.t.ppf(0.975, v.size - 1) * np.std(v, ddof=1) / np.sqrt(v.size))
+    return float(v.mean() - half), float(v.mean() + half)
+
+
+def interval_with_seeds(value: float, draws: np.ndarray, per_seed: np.ndarray) -> Estimate:
+    """:func:`interval` widened to the Student-t interval over the per-seed values where that is wider: with few
+    seeds the bootstrap's seed level under-covers (three seeds: at most 75 % for a seed-dominated quantity)."""
+    found = interval(value, draws)
+    t = seed_t_interval(per_seed)
+    if t is None:
+        return found
+    return Estimate(value, min(found.ci_low, t[0]), max(found.ci_high, t[1]), found.n, METHOD + "+seed-t")
 
 
 #: z₀.₉₇₅ + z₀.₈₀: a two-sided 5 % test has 80 % power against a true difference of this many standard errors.
@@ -252,7 +305,9 @@ def minimum_detectable(stack: np.ndarray) -> float | None:
         for j in range(i + 1, len(stack)):
             both = ~(np.isnan(stack[i]) | np.isnan(stack[j]))
             if both.sum() >= max(2, stack.shape[1] // 2):
-                errors.append(float(np.std(stack[i][both] - stack[j][both], ddof=1)))
+                spread = float(np.std(stack[i][both] - stack[j][both], ddof=1))
+                if spread > 0:  # identical candidates say nothing of what could be told apart
+                    errors.append(spread)
     return POWER_80 * float(np.median(errors)) if errors else None
 
 
@@ -271,9 +326,10 @@ def paired_difference(a: Mapping[int, Measure], b: Mapping[int, Measure], *, see
         raise ValueError(f"cannot pair measures at seeds {sorted(a)} with measures at seeds {sorted(b)}")
     resampler = Resampler(sorted(a), resamples, np.random.default_rng(seed))
     draws = (resampler.values(a) - resampler.values(b)).mean(axis=-1)
-    return interval(float((resampler.point(a) - resampler.point(b)).mean()), draws)
+    per_seed = resampler.point(a) - resampler.point(b)
+    return interval_with_seeds(float(per_seed.mean()), draws, per_seed)
 
 
 __all__ = ["ALPHA", "INTERPOLATED", "LOWER_BOUND", "MEASURED", "METHOD", "Measure", "NOT_REACHED", "POWER_80",
-           "Ranking", "Resampler", "interval", "minimum_detectable", "paired_difference", "rank", "read_frontier",
-           "run_parts"]
+           "Ranking", "Resampler", "interval", "interval_with_seeds", "minimum_detectable", "paired_difference", "rank",
+           "read_frontier", "run_parts", "seed_t_interval", "seed_t_pvalue"]
