@@ -25,7 +25,7 @@ from rapt_audit.benchmark.headline import headline_html, headline_markdown
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
 from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
-from rapt_audit.pipeline.results import RESULT_FILE
+from rapt_audit.pipeline.results import RESULT_FILE, signature_fields
 from rapt_audit.pipeline.sweep import SWEEP_INDEX
 from rapt_audit.reporting.claims import evaluate, format_markdown
 from rapt_audit.reporting.overview_figures import headline_figure, small_multiples_figure
@@ -148,8 +148,7 @@ def _is_sanity(attack: str) -> bool:
 def first_line(index: dict[str, Any], joined: Joined, escape: Callable[[str], str] = str) -> str:
     """The one line of provenance under the headline: what ran, and where the rest is (``escape``: for the benchmark's
     name, the one part read from a file)."""
-    signatures = [str(loaded.result.signature) for loaded in joined.collection.results]
-    codes = sorted({s.split("|code:")[1].split("|")[0] for s in signatures if "|code:" in s})
+    codes = sorted({code for cell in joined.cells.values() if (code := signature_fields(cell.signature).get("code"))})
     seeds = ", ".join(map(str, index["seeds"]))
     return (f"{escape(str(index['name']))} — profile {index['profile']}, seeds {seeds}, {len(joined.cells)} of "
             f"{len(index['cells'])} cells, code {', '.join(codes) or 'unknown'}. Worst-case "
