@@ -93,9 +93,10 @@ class Pairing:
         self.resampler = resampler
         self.rows = list(rows)
         self.utilities = utilities
-        self.ceilings = resampler.values(utilities[id(ceiling_row)])
-        self.ceiling_point = resampler.point(utilities[id(ceiling_row)])
         self._values: dict[int, np.ndarray] = {}
+        # Through the cache: identity's row is read again as a setting (its margin, its reference reading).
+        self.ceilings = self._cached(utilities[id(ceiling_row)])
+        self.ceiling_point = resampler.point(utilities[id(ceiling_row)])
 
     @classmethod
     def of(cls, group: Group, utility: str, ceiling_row: Row, resamples: int, seed: int) -> Pairing | None:
