@@ -47,7 +47,8 @@ from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.scoring.content_tokens import ContentPrior
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.utility.state_cache import array_digest, cached_state, code_digest
+from rapt_audit.api.digests import array_digest, code_digest
+from rapt_audit.utility.state_cache import cached_state
 from rapt_audit.utility.training import EarlyStopping, TrainOutcome, adam, fit, shuffled, supervised_loss
 
 

@@ -11,10 +11,11 @@ import numpy as np
 
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.params import CheckedParams, Each, PositiveInt, Range
+from rapt_audit.api.params import CheckedParams, Each, PositiveInt, Range, get_params
 from rapt_audit.api.plugins import ATTACKS
 from rapt_audit.api.threat import ThreatModel
 from rapt_audit.api.types import AttackerData, AttackResult, Record, Release, Skip
+from rapt_audit.attacks import _bayes_cache
 from rapt_audit.attacks._base import adaptive_release, check_disjoint, require_size
 from rapt_audit.attacks._bayes_embedding import Pool, dchi_eta, pools
 from rapt_audit.attacks._bayes_model import (
@@ -32,6 +33,7 @@ from rapt_audit.attacks._token_views import (TokenView, Units, accuracy, aligned
 from rapt_audit.encoder.encode import token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.content_tokens import ContentPrior, content_tokens, set_f1
+from rapt_audit.api.digests import array_digest
 
 #: The release kinds it reads, the richer first: noisy token embeddings with the exact dχ likelihood
 #: (:mod:`rapt_audit.attacks._bayes_embedding`), and texts of word-level replacement (T2T, PCT2T, RAPT's text side,
@@ -166,8 +168,8 @@ class BayesInversionAttack(CheckedParams):
             views += build_views(adaptive_release(defense, batch, ctx=ctx), batch, ctx=ctx, kind="texts")
         return views
 
-    def _public_rows(self, ctx: RunContext) -> tuple[str, list[np.ndarray]]:
-        """Token rows of a seeded sample of public text for the prior (see :data:`PUBLIC_CORPORA`)."""
+    def _public_sample(self, ctx: RunContext) -> tuple[str, list[str]]:
+        """A seeded sample of public text for the prior (see :data:`PUBLIC_CORPORA`), untokenised."""
         if self.public_sentences == 0:
             return "none", []
         name, texts = ctx.public_text()
@@ -175,8 +177,7 @@ class BayesInversionAttack(CheckedParams):
             return "none", []
         rng = ctx.rng("attack", self.name, "public")
         picked = sorted(rng.choice(len(texts), size=min(int(self.public_sentences), len(texts)), replace=False))
-        space = embedding_space(ctx)
-        return name, [space.rows_of(ids) for ids in token_id_lists(ctx, [texts[i] for i in picked])]
+        return name, [texts[i] for i in picked]
 
     def fit(self, aux: AttackerData, defense: Any, *, ctx: RunContext) -> BayesInversionAttack:
         """Count the channel on shadow releases of ``aux.train`` (texts; token embeddings have it in closed form),
@@ -190,7 +191,7 @@ class BayesInversionAttack(CheckedParams):
         valid_release = adaptive_release(defense, aux.valid, ctx=ctx)
         if self._kind == "token_embeddings":
             self._eta = dchi_eta(valid_release.meta, attack=self.name)  # the exact likelihood: no shadow channel
-            self._channel = None
+            self._channel, channel_pairs = None, ()
             own_rows = [space.rows_of(ids) for ids in token_id_lists(ctx, [original_text(r, self._kind)
                                                                             for r in aux.train])]
         else:
@@ -200,22 +201,37 @@ class BayesInversionAttack(CheckedParams):
                 ok = view.regular & (view.alignment >= 0)
                 originals.append(view.original_rows[ok])
                 released.append(space.rows_of(view.released_ids)[view.alignment[ok]])
-            self._channel = estimate_channel(np.concatenate(originals), np.concatenate(released),
-                                             vocab_size=len(space.tokens))
+            channel_pairs = (np.concatenate(originals), np.concatenate(released))
+            self._channel = estimate_channel(*channel_pairs, vocab_size=len(space.tokens))
             own_rows = [view.original_rows for view in shadow[:len(aux.train)]]  # each text once, whatever the draws
-        public, public_rows = self._public_rows(ctx)
+        public, public_texts = self._public_sample(ctx)
         valid_views = build_views(valid_release, aux.valid, ctx=ctx, kind=self._kind)
+        chosen_on = self._selection_sample(valid_views, ctx=ctx)
+        by_uid = {r.uid: r for r in aux.valid}
+        valid_texts = [original_text(by_uid[view.uid], self._kind) for view in chosen_on]
+        sig = _bayes_cache.signature(
+            params=get_params(self), public=public, public_texts=public_texts, own_rows=own_rows,
+            channel=(f"eta={self._eta!r}" if self._channel is None else array_digest(*channel_pairs)),
+            valid_views=valid_views, valid_texts=valid_texts, ctx=ctx)
+        stored = _bayes_cache.read_choice(sig, ctx=ctx)
+        # A stored choice needs only its own prior: the public text is not even tokenised when it was not chosen.
+        priors = ((bool(stored["setting"]["public"]),) if stored is not None else
+                  (False, True) if public_texts else (False,))
+        public_rows = ([space.rows_of(ids) for ids in token_id_lists(ctx, public_texts)] if True in priors else [])
         # Public text is general English; the attacker's own is in-domain: attacker-valid says which prior fits
         # (on the templated demo corpus WikiText-2 costs 5 points of token accuracy at T2T η = 100).
         held_out = [view.original_rows for view in valid_views]
         self._lms = {public_too: NgramModel(order=max(self.orders), vocab_size=len(space.tokens))
                      .fit(own_rows + (public_rows if public_too else [])).hold_out(held_out)
-                     for public_too in ((False, True) if public_rows else (False,))}
+                     for public_too in priors}
         self._options, self._generic = {}, {}
-        chosen_on = self._selection_sample(valid_views, ctx=ctx)
-        by_uid = {r.uid: r for r in aux.valid}
-        truths = [content_tokens(original_text(by_uid[view.uid], self._kind)) for view in chosen_on]
-        self._setting, scores = self._select(chosen_on, units_of(chosen_on), truths, ctx=ctx)
+        if stored is not None:
+            self._setting = Setting(**stored["setting"])
+            scores = {key: tuple(value) for key, value in stored["scores"].items()}
+        else:
+            truths = [content_tokens(text) for text in valid_texts]
+            self._setting, scores = self._select(chosen_on, units_of(chosen_on), truths, ctx=ctx)
+            _bayes_cache.store_choice(sig, dataclasses.asdict(self._setting), scores, ctx=ctx)
         self._aux, self._content_prior = aux, content_prior(aux, self._kind)
         channel = ({"channel": "exact dχ likelihood", "eta": self._eta} if self._channel is None else
                    {"channel": "counted from shadow releases", "shadow_pairs": self._channel.n_pairs,
@@ -223,9 +239,10 @@ class BayesInversionAttack(CheckedParams):
         self._fit_details = {
             "release_kind": self._kind, "context": bool(self.context), **channel,
             "prior_corpus": public if self._setting.public else "none", "public_corpus_offered": public,
-            "prior_public_sentences": len(public_rows), "prior_tokens": self._lms[self._setting.public].tokens,
+            "prior_public_sentences": len(public_texts), "prior_tokens": self._lms[self._setting.public].tokens,
             "prior_unseen_mass": round(self._lms[self._setting.public].unseen, 4),
             "chosen": dataclasses.asdict(self._setting), "chosen_on_records": len(chosen_on),
+            "choice_from_cache": stored is not None,
             "valid_content_f1_token_accuracy": scores}
         return self
 

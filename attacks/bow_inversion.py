@@ -21,7 +21,8 @@ from rapt_audit.scoring import content_tokens as unit
 from rapt_audit.scoring.content_tokens import ContentPrior, content_scores, content_tokens, fit_prior
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.utility.state_cache import array_digest, cached_state, code_digest
+from rapt_audit.api.digests import array_digest, code_digest
+from rapt_audit.utility.state_cache import cached_state
 
 #: The code that builds, trains and thresholds the network (cached weights are reused only by it).
 CODE_VERSION = code_digest(__file__, training.__file__, unit.__file__, Path(__file__).with_name("_inversion.py"))

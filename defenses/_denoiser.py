@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ from torch import nn
 from rapt_audit.encoder.encode import to_device
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import dchi_noise
+from rapt_audit.utility.state_cache import cached_state
 from rapt_audit.utility.training import EarlyStopping, fit
 
 
@@ -278,3 +280,32 @@ def subset(batch: DenoiseBatch, idx: Sequence[int]) -> DenoiseBatch:
     idx = np.asarray(idx, dtype=np.int64)
     return DenoiseBatch(batch.output[idx], [batch.tokens[i] for i in idx], [batch.noise[i] for i in idx],
                         None if batch.clean is None else batch.clean[idx])
+
+
+#: DenoiserFit's fields other than the model: what a stored denoiser keeps beside its weights.
+_FIT_RECORD = ("best_epoch", "valid_mse_noisy", "valid_mse_denoised", "history", "valid_mse_linear", "ridge_alpha")
+
+
+def stored_denoiser(folder: Path, signature: Mapping[str, Any], *, train: Callable[[], DenoiserFit], dim: int,
+                    architecture: Mapping[str, int], device: str = "cpu") -> tuple[DenoiserFit, bool]:
+    """The denoiser for ``signature``: read from ``folder`` when stored, else trained by ``train`` and stored
+    (:func:`~rapt_audit.utility.state_cache.cached_state`); returns it and whether it came from the folder.
+
+    The denoiser is trained on public text only, so it depends on η, the seed and the settings, never on the
+    victim's data: a benchmark's SST-2 and Trustpilot cells of one setting and seed share it, where each trained
+    it anew before (about 5 minutes of a cpu-profile cell). ``architecture`` holds :class:`Denoiser`'s sizes."""
+
+    def trained() -> tuple[Denoiser, dict[str, Any]]:
+        result = train()
+        # Plain Python numbers: the store is read back with torch.load(weights_only=True), which refuses numpy's.
+        record = {name: float(getattr(result, name)) for name in _FIT_RECORD if name not in ("best_epoch", "history")}
+        return result.model, {**record, "best_epoch": int(result.best_epoch),
+                              "history": [float(v) for v in result.history]}
+
+    def restore(state: dict[str, Any]) -> Denoiser:
+        model = Denoiser(dim, **architecture).to(device)
+        model.load_state_dict(state)
+        return model.eval()
+
+    model, record, cached = cached_state(folder, signature, train=trained, restore=restore, device=device)
+    return DenoiserFit(model, **{name: record[name] for name in _FIT_RECORD}), cached

@@ -31,7 +31,8 @@ from rapt_audit.data import load_dataset
 from rapt_audit.defenses._customization import SERVICE_PARAMETERS
 from rapt_audit.mechanisms.align import align
 from rapt_audit.utility.pretraining import AlignedText, pretrain_encoder, resolve_pretrain_settings
-from rapt_audit.utility.state_cache import cached_state, state_key
+from rapt_audit.api.digests import state_key
+from rapt_audit.utility.state_cache import cached_state
 
 
 

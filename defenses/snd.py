@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import code_digest
+from rapt_audit.api.files import stable_hash
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.params import Check, PositiveFloat, PositiveInt, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -16,6 +19,7 @@ from rapt_audit.api.types import Estimate, Record, Release, uid_key
 from rapt_audit.data import load_dataset
 from rapt_audit.defenses._representation import TaskClassifier
 from rapt_audit.encoder.encode import cached_pooled, input_table, pooled_from_embeddings, token_id_lists
+from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.noise import check_eta
 from rapt_audit.scoring.classification import classification_utility
@@ -27,6 +31,10 @@ metric("embedding_mse", "utility", False, "mean squared error of the output embe
 metric("embedding_cosine", "utility", True, "cosine similarity of the output embedding to the clean one",
        bounded=False)
 
+
+
+#: The code that trains SnD's denoiser (a stored denoiser is reused only by it).
+_DENOISER_CODE = code_digest(__file__, Path(__file__).with_name("_denoiser.py"))
 
 @DEFENSES.register("snd", tags=("embeddings", "dchi", "denoise"))
 @dataclass
@@ -161,10 +169,13 @@ class SndDefense(TaskClassifier):
         return [pool[i] for i in sorted(pick)]
 
     def denoiser(self, ctx: RunContext, victim: Sequence[Record] = ()) -> Any:
-        """The trained :class:`~rapt_audit.defenses._denoiser.DenoiserFit` for this η (trained once per run)."""
-        from rapt_audit.defenses._denoiser import DenoiseBatch, subset, train_denoiser  # lazy (torch)
-        def build() -> Any:
-            public = self.public_records(ctx, victim)
+        """The trained :class:`~rapt_audit.defenses._denoiser.DenoiserFit` for this η: once per run, and kept in
+        ``$RAPT_AUDIT_CACHE/defenses`` for later runs at the same setting and seed (it sees public text only)."""
+        from rapt_audit.defenses._denoiser import DenoiseBatch, stored_denoiser, subset, train_denoiser  # lazy (torch)
+        architecture = {"d_model": int(self.d_model), "heads": int(self.heads), "d_ff": int(self.d_ff),
+                        "layers": int(self.layers), "max_tokens": int(self.max_tokens)}
+
+        def train(public: Sequence[Record]) -> Any:
             clean = cached_pooled(ctx, public, tag="clean")
             parts = [self.exchange(public, ctx=ctx, stream="public", draw=k) for k in range(int(self.noise_draws))]
             n_valid = max(10, len(public) // 10)
@@ -175,16 +186,25 @@ class SndDefense(TaskClassifier):
             # Every draw of a validation sentence stays in validation (no sentence on both sides).
             train_rows = np.concatenate([train_idx + k * len(public) for k in range(len(parts))])
             valid = subset(DenoiseBatch(parts[0].output, parts[0].tokens, parts[0].noise, clean), valid_idx)
-            return train_denoiser(subset(joined, train_rows), valid, d_model=int(self.d_model),
-                                  heads=int(self.heads), d_ff=int(self.d_ff), layers=int(self.layers),
-                                  max_tokens=int(self.max_tokens), epochs=int(self.denoiser_epochs),
+            return train_denoiser(subset(joined, train_rows), valid, **architecture, epochs=int(self.denoiser_epochs),
                                   lr=float(self.denoiser_lr), batch_size=32,
                                   seed=ctx.seed_for("defense", self.name, "denoiser"), device=ctx.device)
 
-        key = ("snd_denoiser", ctx.model, self.eta, self.clip, self.public_corpus, int(self.public_size),
-               int(self.noise_draws), int(self.d_model), int(self.heads), int(self.d_ff), int(self.layers),
-               int(self.max_tokens), int(self.denoiser_epochs), float(self.denoiser_lr))
-        return ctx.shared(key, build)
+        settings = (self.eta, self.clip, self.public_corpus, int(self.public_size), int(self.noise_draws),
+                    *architecture.values(), int(self.denoiser_epochs), float(self.denoiser_lr))
+
+        def build() -> Any:
+            public = self.public_records(ctx, victim)
+            signature = {"defense": self.name, "part": "denoiser", "settings": [repr(v) for v in settings],
+                         "public": stable_hash([r.text for r in public]),
+                         "model": model_fingerprint(ctx.model, cache_dir=ctx.cache_dir), "seed": ctx.seed,
+                         "device": ctx.device, "precision": ctx.precision, "code": _DENOISER_CODE}
+            fitted, _ = stored_denoiser(Path(ctx.cache_dir) / "defenses", signature, train=lambda: train(public),
+                                        dim=int(input_table(ctx).shape[1]), architecture=architecture,
+                                        device=ctx.device)
+            return fitted
+
+        return ctx.shared(("snd_denoiser", ctx.model, *settings), build)
 
     def denoised(self, records: Sequence[Record], *, ctx: RunContext) -> np.ndarray:
         """The client's denoised embeddings ``e_d`` for ``records`` (``e_n`` itself when η = inf)."""

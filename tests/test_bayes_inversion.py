@@ -245,3 +245,28 @@ def test_the_embedding_pools_hold_the_nearest_rows_and_the_seen_rows_best_by_lik
                 repeated[j] = r in got_rows[:j]
             assert np.array_equal(np.isinf(got_channel), repeated)
             assert np.allclose(got_channel[~repeated], -eta * distance[got_rows[~repeated]], rtol=0, atol=1e-9)
+
+
+def test_the_chosen_setting_is_read_back_for_the_same_inputs_and_chosen_again_for_others(ctx, animals):
+    """Issue 39 item 6: the choice is cached as the trained attacks' weights are. A second fit on the same inputs
+    reads it back (same setting, same scores, same result) and skips the search; a changed input (another
+    grid) or an unreadable entry chooses again."""
+    from rapt_audit.attacks import _bayes_cache
+
+    aux, victim = animals
+    fresh = ctx  # the test's own cache folder (conftest.warm_cache), empty of attacks
+    first = run(bayes(public_sentences=0), AnimalBlur(), aux, victim, fresh)
+    again = run(bayes(public_sentences=0), AnimalBlur(), aux, victim, fresh)
+    assert first.details["choice_from_cache"] is False and again.details["choice_from_cache"] is True
+    assert again.details["chosen"] == first.details["chosen"]
+    assert again.details["valid_content_f1_token_accuracy"] == first.details["valid_content_f1_token_accuracy"]
+    assert again.metrics["token_accuracy"].value == first.metrics["token_accuracy"].value
+    other_grid = run(bayes(public_sentences=0, mixes=(0.5,)), AnimalBlur(), aux, victim, fresh)
+    assert other_grid.details["choice_from_cache"] is False and other_grid.details["chosen"]["mix"] == 0.5
+    entries = sorted((ctx.cache_dir / "attacks").glob("bayes-*.json.gz"))
+    assert len(entries) == 2
+    for entry in entries:
+        entry.write_bytes(b"not gzip")
+    rebuilt = run(bayes(public_sentences=0), AnimalBlur(), aux, victim, fresh)
+    assert rebuilt.details["choice_from_cache"] is False and rebuilt.details["chosen"] == first.details["chosen"]
+    assert _bayes_cache.read_choice({"attack": "bayes_inversion"}, ctx=fresh) is None

@@ -210,3 +210,30 @@ def test_bad_privacy_parameters_are_rejected_with_their_name(name, args):
     key = next(iter(args))
     with pytest.raises(PrivacyParameterError, match=key):
         _defense(name, **args)
+
+
+def test_snd_denoiser_is_stored_and_read_back_by_a_later_run_at_the_same_setting(warm_cache, data_dir, monkeypatch):
+    """A benchmark's SST-2 and Trustpilot cells of one setting and seed share the denoiser (public text only):
+    a new run reads the very weights back without training; another η trains its own."""
+    import torch
+
+    from rapt_audit.defenses import _denoiser
+
+    def context():
+        return RunContext(seed=5, profile="smoke", cache_dir=warm_cache, data_dir=str(data_dir))
+
+    small = {"public_size": 60, "denoiser_epochs": 1, "d_model": 32, "d_ff": 64}
+    first = _defense("snd", eta=100.0, **small).denoiser(context())
+    trained = []
+    real = _denoiser.train_denoiser
+    monkeypatch.setattr(_denoiser, "train_denoiser", lambda *a, **k: trained.append(1) or real(*a, **k))
+    again = _defense("snd", eta=100.0, **small).denoiser(context())
+    assert trained == []
+    other = _defense("snd", eta=50.0, **small).denoiser(context())
+    assert trained == [1]
+    assert (again.best_epoch, again.valid_mse_denoised, again.history) == (first.best_epoch, first.valid_mse_denoised,
+                                                                          first.history)
+    for name, tensor in first.model.state_dict().items():
+        assert torch.equal(tensor, again.model.state_dict()[name]), name
+    assert other.valid_mse_noisy != first.valid_mse_noisy
+    assert len(list((warm_cache / "defenses").glob("*.pt"))) == 2

@@ -3,7 +3,7 @@
 Used for the utility of embedding-release defenses: the service receives noisy token embeddings,
 adds the public [CLS]/[SEP] embeddings itself, runs the rest of the model, and mean-pools the last
 hidden states. The same path gives the clean pooled vectors of the sentence-representation defenses
-(:func:`encode_pooled`, memoised per run by :func:`cached_pooled`) and the token ids and input
+(:func:`encode_pooled`, memoised per run and kept on disk by :func:`cached_pooled`) and the token ids and input
 table that attacks and defenses read (:func:`token_id_lists`, :func:`input_table`). A batch of
 ragged sequences is fed one way, here and in the attacks' contextual states: the vectors on the
 device once (:func:`input_rows`), the padded batch one gather of them (:func:`padded_inputs`).
@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import re
 from itertools import islice
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.files import stable_hash, write_cache_atomic
 from rapt_audit.api.types import Record, uid_key
-from rapt_audit.encoder.models import LoadedModel
+from rapt_audit.encoder.models import LoadedModel, model_fingerprint
 from rapt_audit.encoder.vocab import embedding_space
+from rapt_audit.api.digests import code_digest, state_key
 
 
 MAX_TOKENS = 126  # 128 positions minus [CLS] and [SEP] (the papers' maximum length)
@@ -174,10 +177,37 @@ def encode_pooled(ctx: RunContext, texts: Sequence[str]) -> np.ndarray:
 
 def cached_pooled(ctx: RunContext, records: Sequence[Record], *, tag: str,
                   texts: Sequence[str] | None = None) -> np.ndarray:
-    """:func:`encode_pooled` of ``texts`` (default: the records' texts), memoised per run under ``tag``.
+    """:func:`encode_pooled` of ``texts`` (default: the records' texts), memoised per run under ``tag`` and kept
+    in ``$RAPT_AUDIT_CACHE/pooled/`` by the texts, the model, the device and the precision.
 
-    The frozen encoder's output does not depend on ε, so a sweep over ε encodes each record once.
+    The frozen encoder's output does not depend on ε, so a sweep over ε encodes each record once, and on disk
+    a benchmark's cells of every ε (CAPE, DPNR, the encoder client) and a re-run read the same vectors back:
+    encoding Trustpilot's long reviews was most of a cold CAPE or DPNR attribute cell.
     """
     texts = [r.text for r in records] if texts is None else list(texts)
     key = ("pooled", ctx.model, tag, uid_key(records), len(records))
-    return ctx.shared(key, lambda: encode_pooled(ctx, texts))
+    return ctx.shared(key, lambda: _stored_pooled(ctx, texts))
+
+
+#: The code whose output :func:`cached_pooled` keeps: this module (its pooling) and the model loader.
+_POOLED_CODE = code_digest(__file__, Path(__file__).with_name("models.py"))
+
+
+def _stored_pooled(ctx: RunContext, texts: Sequence[str]) -> np.ndarray:
+    """:func:`encode_pooled`, read from the cache folder when the same texts were encoded there before; an entry
+    that cannot be read or has the wrong shape is encoded again."""
+    if ctx.cache_dir is None:
+        return encode_pooled(ctx, texts)
+    signature = {"kind": "pooled", "model": model_fingerprint(ctx.model, cache_dir=ctx.cache_dir),
+                 "texts": stable_hash(list(texts)), "n": len(texts), "device": ctx.device,
+                 "precision": ctx.precision, "code": _POOLED_CODE}
+    path = Path(ctx.cache_dir) / "pooled" / f"{state_key(signature)}.npy"
+    try:
+        stored = np.load(path, allow_pickle=False)
+        if stored.ndim == 2 and stored.shape[0] == len(texts) and stored.dtype == np.float32:
+            return stored
+    except (OSError, ValueError):
+        pass  # missing or unreadable: encoded again below
+    pooled = encode_pooled(ctx, texts)
+    write_cache_atomic(path, lambda handle: np.save(handle, pooled))
+    return pooled

@@ -23,7 +23,8 @@ from rapt_audit.utility import customize, decision, on_device, selection, task_m
 from rapt_audit.utility.customize import PlainTokens, TrainedClassifier, resolve_settings
 from rapt_audit.utility.on_device import ServiceInput
 from rapt_audit.utility.selection import resolve_grid, select_and_train
-from rapt_audit.utility.state_cache import cached_state, code_digest
+from rapt_audit.api.digests import code_digest
+from rapt_audit.utility.state_cache import cached_state
 from rapt_audit.utility.task_model import TrainSettings, build_task_model
 from rapt_audit.utility.token_vectors import TokenVectors
 

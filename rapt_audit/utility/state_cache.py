@@ -10,40 +10,13 @@ Reading an entry gives the very weights the training wrote, so results do not ch
 
 from __future__ import annotations
 
-import hashlib
 import io
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rapt_audit.api.files import stable_hash, write_cache_atomic
-from rapt_audit.api.version import __version__
-
-
-def code_digest(*modules: str | Path) -> str:
-    """The package version and a hash of the source files ``modules``: the code that trains a network,
-    in the signature of its cached weights, so that weights are reused only by the code that trained them."""
-    digest = hashlib.sha256(__version__.encode("utf-8"))
-    for module in modules:
-        digest.update(Path(module).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def array_digest(*arrays: Any) -> str:
-    """sha256 of arrays' dtypes, shapes and bytes, in order: the training data in a signature, in one short string."""
-    import numpy as np  # lazy (numpy)
-
-    digest = hashlib.sha256()
-    for array in arrays:
-        array = np.ascontiguousarray(array)
-        digest.update(f"{array.dtype}{array.shape}".encode("ascii"))
-        digest.update(array.tobytes())
-    return digest.hexdigest()
-
-
-def state_key(signature: Mapping[str, Any]) -> str:
-    """A short stable digest of a signature (the entry's file name)."""
-    return stable_hash(signature)[:16]
+from rapt_audit.api.digests import state_key
+from rapt_audit.api.files import write_cache_atomic
 
 
 def cached_state(folder: Path, signature: Mapping[str, Any], *, train: Callable[[], tuple[Any, dict[str, Any]]],
