@@ -7,6 +7,7 @@ import pytest
 from rapt_audit.api.types import Skip
 from rapt_audit.benchmark.drilldown import cells, heatmap
 from rapt_audit.benchmark.matched import matched
+from rapt_audit.reporting.overview_figures import AtLeast
 from tests.test_paired_bootstrap import _with_local
 
 
@@ -26,6 +27,21 @@ def test_each_cell_is_a_reading_or_says_whether_the_attack_does_not_apply_is_pen
     assert isinstance(by["a"][1], float) and by["identity"][0] == pytest.approx(identity.value.value)
     fig = heatmap(table, 0.9, ["whitebox", "worst_case"], stem="heatmap-1-90")
     assert fig is not None and "does not apply" in fig.svg.decode() and "hatched" in fig.caption
+
+
+def test_a_lower_bound_is_drawn_with_its_sign():
+    """A reading the grid can only bound (it stops before the target) says "≥" in its cell, as in the tables."""
+    import dataclasses
+
+    table = matched(_with_local(0.10, worst=True), fractions=(0.9,), resamples=50)
+    readings = table.readings["whitebox"][0.9]
+    a = next(i for i, r in enumerate(readings) if r.defense == "a")
+    readings[a] = dataclasses.replace(readings[a], kind="lower bound")
+    defenses, grid = cells(table, 0.9, ["whitebox"])
+    value = dict(zip(defenses, grid))["a"][0]
+    assert isinstance(value, AtLeast) and value == readings[a].value.value
+    svg = heatmap(table, 0.9, ["whitebox"], stem="heatmap-bound").svg.decode()
+    assert f"≥{value:.2f}" in svg and "≥: a lower bound" in heatmap(table, 0.9, ["whitebox"], stem="h").caption
 
 
 def test_the_long_table_has_a_line_per_setting_and_measure_and_a_defenses_own_diagnostics_apart():

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rapt_audit.api.types import Skip
 from rapt_audit.benchmark.matched import REFERENCE, Matched
 from rapt_audit.reporting.figures import Figure
-from rapt_audit.reporting.overview_figures import heatmap_figure
+from rapt_audit.reporting.overview_figures import AtLeast, heatmap_figure
 from rapt_audit.reporting.summary import is_local_baseline
 
 #: Skip reasons that mean the attack cannot read the release (pipeline/contracts.unreadable_release's wording).
@@ -41,7 +41,8 @@ def cells(table: Matched, fraction: float, attacks: list[str]) -> tuple[list[str
         for attack in attacks:
             reading = next((r for r in table.readings.get(attack, {}).get(fraction, []) if r.defense == defense), None)
             if reading is not None and reading.value is not None:
-                row.append(reading.value.value)
+                bound = reading.kind == "lower bound"  # the grid stops before the target: drawn "≥"
+                row.append(AtLeast(reading.value.value) if bound else reading.value.value)
             elif reading is not None and reading.kind in ("not reached", "not bracketed"):
                 row.append("not reached")
             else:
@@ -58,8 +59,8 @@ def heatmap(table: Matched, fraction: float, attacks: list[str], *, stem: str) -
     title = f"privacy at {100 * fraction:.0f} % of the ceiling, defense × attack"
     caption = (f"Each defense's privacy (higher = more private) under each attack at {100 * fraction:.0f} % of the "
                f"no-privacy utility ({table.utility} ≥ {table.targets[fraction].value:.3f}), read on its frontier; "
-               "hatched: the attack cannot read what the defense releases; grey: pending or not run; dotted: the "
-               f"defense does not reach the target. {REFERENCE}: its own privacy, for reference.")
+               "≥: a lower bound (the defense's grid stops before the target); hatched: the attack cannot read what "
+               "the defense releases; grey: pending or not run; dotted: the defense does not reach the target. {REFERENCE}: its own privacy, for reference.")
     return heatmap_figure(defenses, attacks, grid, title, caption, stem=stem)
 
 

@@ -77,6 +77,10 @@ def headline_figure(group: Group, utility: str, ceiling: float, fractions: Seque
 
 #: How a heatmap cell without a number is drawn and labelled: an attack that cannot read the defense's release is
 #: hatched ("does not apply"), one whose cell has not run yet is grey ("pending"), any other is light ("not run").
+class AtLeast(float):
+    """A heatmap value that bounds from below (the grid stops before the target: ``≥`` in the cell)."""
+
+
 CELL_STATES = {"does not apply": ("white", "///"), "pending": ("0.85", ""), "not run": ("0.93", ""),
                "not reached": ("0.75", "..")}
 
@@ -101,8 +105,8 @@ def heatmap_figure(defenses: Sequence[str], attacks: Sequence[str], values: Sequ
             else:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=cmap(min(max(value, 0.0), 1.0)),
                                            edgecolor="white", linewidth=0.5))
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if value < 0.6 else "black")
+                ax.text(j, i, f"{'≥' if isinstance(value, AtLeast) else ''}{value:.2f}", ha="center", va="center",
+                        fontsize=7, color="white" if value < 0.6 else "black")
     ax.set_xlim(-0.5, len(attacks) - 0.5)
     ax.set_ylim(len(defenses) - 0.5, -0.5)
     ax.set_xticks(range(len(attacks)), [_label(a) for a in attacks], rotation=35, ha="right", fontsize=8)
@@ -160,4 +164,4 @@ def small_multiples_figure(group: Group, utility: str, attacks: Sequence[str], *
     return _render(fig, stem, caption)
 
 
-__all__ = ["CELL_STATES", "PANELS", "headline_figure", "heatmap_figure", "small_multiples_figure"]
+__all__ = ["AtLeast", "CELL_STATES", "PANELS", "headline_figure", "heatmap_figure", "small_multiples_figure"]
