@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import array_digest
 from rapt_audit.api.types import AttackerData, Estimate, Record, Release, Skip, pair_text
 from rapt_audit.mechanisms.align import align
 from rapt_audit.encoder.encode import input_rows, padded_inputs, to_device, token_id_lists
@@ -275,6 +276,22 @@ def nearest_rows(table: np.ndarray, queries: np.ndarray, k: int, *, device: str 
             order = torch.sort((diff * diff).sum(dim=2), dim=1, stable=True).indices
             out[s:s + block] = cand.gather(1, order)[:, :k].cpu().numpy()
     return out
+
+
+#: The width of a shared search (:func:`shared_nearest_rows`): ``bayes_inversion``'s widest candidate grid. A
+#: narrower request reads the first columns, which are the very rows a narrower search returns (the screen keeps
+#: ``max(16, k)`` candidates either way, and the exact re-ranking is stable).
+SHARED_WIDTH = 10
+
+
+def shared_nearest_rows(ctx: RunContext, table: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """:func:`nearest_rows` of ``queries`` (their first ``k`` columns), searched once per run: a cell's attacks
+    search the same released vectors (``whitebox``'s top-k, ``bayes_inversion``'s candidates), and each search of
+    the 30,522-row table takes seconds on a CPU. Keyed by the table's and the queries' bytes."""
+    width = max(int(k), SHARED_WIDTH)
+    table_key = ctx.shared(("array_digest", id(table), table.shape), lambda: array_digest(table))
+    key = ("nearest_rows", table_key, array_digest(queries), width, ctx.device)
+    return ctx.shared(key, lambda: nearest_rows(table, queries, width, device=ctx.device))[:, :int(k)]
 
 
 def contextual_states(views: Sequence[TokenView], *, ctx: RunContext, batch_size: int = 32) -> list[np.ndarray]:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import array_digest
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import CheckedParams, Each, PositiveInt, Range, get_params
 from rapt_audit.api.plugins import ATTACKS
@@ -28,12 +29,11 @@ from rapt_audit.attacks._bayes_model import (
     generic_ranking,
 )
 from rapt_audit.attacks._token_views import (TokenView, Units, accuracy, aligned_fraction, build_views,
-                                            content_metrics, content_prior, guessed_content_tokens, nearest_rows,
-                                            original_text, release_kind, units_of, views_for)
+                                            content_metrics, content_prior, guessed_content_tokens, original_text,
+                                            release_kind, shared_nearest_rows, stack_released, units_of, views_for)
 from rapt_audit.encoder.encode import token_id_lists
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.scoring.content_tokens import ContentPrior, content_tokens, set_f1
-from rapt_audit.api.digests import array_digest
 
 #: The release kinds it reads, the richer first: noisy token embeddings with the exact dχ likelihood
 #: (:mod:`rapt_audit.attacks._bayes_embedding`), and texts of word-level replacement (T2T, PCT2T, RAPT's text side,
@@ -309,10 +309,10 @@ class BayesInversionAttack(CheckedParams):
             return None
         table = np.asarray(embedding_space(ctx).vectors)
         size = min(max(self.candidates), len(table))  # as pools() bounds it
-        flat = [v.released_vectors for v in views]
-        # The nearest rows do not depend on the prior: searched once, shared by both priors' pools.
-        nearest = (nearest_rows(table, np.concatenate(flat), size, device=ctx.device) if sum(map(len, flat)) else
-                   np.zeros((0, size), np.int64))
+        # The nearest rows do not depend on the prior: searched once, shared by both priors' pools and, for the
+        # victim's release, with whitebox's top-k (shared_nearest_rows).
+        flat = stack_released(views)
+        nearest = (shared_nearest_rows(ctx, table, flat, size) if len(flat) else np.zeros((0, size), np.int64))
         return {public: pools(views, table, eta=self._eta, size=size, lm=lm, device=ctx.device, nearest=nearest)
                 for public, lm in self._lms.items() if priors is None or public in priors}
 

@@ -22,6 +22,7 @@ from rapt_audit.attacks._token_views import (
     content_prior,
     nearest_rows,
     release_kind,
+    shared_nearest_rows,
     stack_released,
     units_of,
     views_for,
@@ -119,7 +120,9 @@ class WhiteboxAttack(CheckedParams):
             hits = guess_rows == units.target_row
             topk = hits.copy()  # a top-1 hit is a top-k hit; only the misses need the top-k search
             if (~hits).any():
-                rows = nearest_rows(table, vectors[~hits], self.topk, device=ctx.device)
+                # Unclipped vectors are the release itself: their search is the one bayes_inversion makes too.
+                rows = (nearest_rows(table, vectors[~hits], self.topk, device=ctx.device) if rescaled else
+                        shared_nearest_rows(ctx, table, stack_released(views), self.topk)[units.source][~hits])
                 topk[~hits] = (rows == units.target_row[~hits, None]).any(axis=1)
             metrics[topk_metric(self.topk)] = accuracy(topk, units, len(views), rng=rng)
         top1 = accuracy(hits, units, len(views), rng=rng)

@@ -380,3 +380,22 @@ def test_trained_inversion_net_is_read_back_for_the_same_release(tmp_path, split
     assert third._fit_details["model_from_cache"] is True
     other = make_plugin(ATTACKS, name, ATTACKS.get(name).profiles["smoke"])
     assert other.fit(splits.attacker, released("embedding", 50.0)[0], ctx=ctx)._fit_details["model_from_cache"] is False
+
+
+def test_one_nearest_row_search_serves_every_width_and_attack_of_a_run(ctx, monkeypatch):
+    """Issue 39 item 6: whitebox's top-k and bayes_inversion's candidates search the same released vectors once
+    per run; a narrower request reads the first columns, which are exactly what its own search returns."""
+    from rapt_audit.attacks import _token_views
+
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(400, 16)).astype(np.float32)
+    queries = (table[rng.integers(400, size=50)] + rng.normal(scale=0.8, size=(50, 16))).astype(np.float32)
+    calls = []
+    real = _token_views.nearest_rows
+    monkeypatch.setattr(_token_views, "nearest_rows", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    five = _token_views.shared_nearest_rows(ctx, table, queries, 5)
+    ten = _token_views.shared_nearest_rows(ctx, table, queries.copy(), 10)  # equal bytes, another array
+    assert calls == [_token_views.SHARED_WIDTH] and np.array_equal(ten[:, :5], five)
+    assert np.array_equal(five, real(table, queries, 5)) and np.array_equal(ten, real(table, queries, 10))
+    _token_views.shared_nearest_rows(ctx, table, queries[1:], 5)  # other queries: a search of their own
+    assert len(calls) == 2
