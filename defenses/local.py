@@ -66,8 +66,10 @@ class LocalDefense(TaskClassifier):
     perfect by construction; the row's meaning is its utility.
 
     Departures: no paper runs this setting; it departs from each paper's setting by removing the
-    service. The ``table`` and ``encoder`` clients read ``text`` alone (as SnD, CAPE and DPNR do; on a
-    pair task the second text is ignored); ``bow`` reads the pair as ``identity`` does. Every
+    service. On a pair task (QQP) the ``table`` and ``encoder`` clients read both texts, as a siamese
+    pair ``[u, v, |u − v|, u ⊙ v]`` (:meth:`features`): a client blind to the second question is no baseline
+    for a pair task, and with MiniLM's frozen vectors this pair client beat the fine-tuned service on QQP
+    (``reports/regime/README.md``); ``bow`` reads the pair as ``identity`` does. Every
     hyper-parameter is fixed in advance (the head's: ``hidden``, ``dropout``, ``lr``, a fixed number of
     ``epochs``; the probe's C = 1): nothing is chosen on any split, least of all the test split.
 
@@ -95,10 +97,17 @@ class LocalDefense(TaskClassifier):
                        meta={"mechanism": self.name, "client": self.client, "released": NOTHING})
 
     def features(self, records: Sequence[Record], *, ctx: RunContext) -> np.ndarray:
-        """The ``(n, d)`` vectors the head reads (:data:`VECTORS`): ``table`` or ``encoder``, not ``bow``."""
+        """The vectors the head reads (:data:`VECTORS`; ``table`` or ``encoder``, not ``bow``): ``(n, d)`` for
+        single texts; on a pair task ``(n, 4d)``, each text's vector u and its pair's v as ``[u, v, |u − v|,
+        u ⊙ v]`` (Sentence-BERT's classification features), so the client reads both texts as the service does."""
         if self.client not in VECTORS:
             raise UsageError(f"local: client={self.client!r} has no vectors (the bag-of-words probe reads the texts)")
-        return VECTORS[self.client](ctx, records)
+        first = VECTORS[self.client](ctx, records)
+        if all(r.text_pair is None for r in records):
+            return first
+        # The second texts under uids of their own, so the pooled vectors' per-run memo never mixes them up.
+        second = VECTORS[self.client](ctx, [Record(uid=f"{r.uid}#pair", text=r.text_pair or "") for r in records])
+        return np.concatenate([first, second, np.abs(first - second), first * second], axis=1)
 
     def utility(self, test: Sequence[Record], *, ctx: RunContext) -> Mapping[str, Estimate]:
         """Accuracy and macro-F1 (and AUC for the heads) of the client's own classifier on victim-test."""

@@ -92,3 +92,33 @@ def test_a_bad_client_names_the_allowed_values():
                  lambda: DEFENSES.get("local")(client="tabel")):
         with pytest.raises(UsageError, match=r"client='tabel' is not one of: table, bow, encoder"):
             make()
+
+
+@pytest.mark.parametrize("client", ["table", "encoder"])
+def test_on_a_pair_task_the_client_reads_both_texts(client, ctx):
+    """Issue 38: a baseline blind to the second question is no baseline for a pair task. Here the label says
+    whether the two texts are the same sentence: the first text alone carries nothing about it."""
+    from rapt_audit.api.types import Record
+
+    rng = np.random.default_rng(0)
+    words = ["the", "film", "plot", "actor", "music", "scene", "story", "ending", "dull", "warm", "long", "bright"]
+    sentences = [" ".join(rng.choice(words, size=6)) for _ in range(60)]
+
+    def pairs(n, start):
+        out = []
+        for i in range(n):
+            a = sentences[int(rng.integers(len(sentences)))]
+            same = bool(i % 2)
+            b = a if same else sentences[int(rng.integers(len(sentences)))]
+            out.append(Record(uid=f"pairs/{start + i}", text=a, text_pair=b, label=int(same and a == b)))
+        return out
+
+    train, test = pairs(300, 0), pairs(120, 1000)
+    defense = build(DEFENSES, "local", {"client": client, "epochs": 30}).fit(train, ctx=ctx)
+    assert defense.features(test[:3], ctx=ctx).shape[1] == 4 * defense.features(
+        [Record(uid=r.uid, text=r.text) for r in test[:3]], ctx=ctx).shape[1]
+    both = defense.utility(test, ctx=ctx)["accuracy"]
+    blind = build(DEFENSES, "local", {"client": client, "epochs": 30}).fit(
+        [Record(uid=r.uid, text=r.text, label=r.label) for r in train], ctx=ctx).utility(
+        [Record(uid=r.uid, text=r.text, label=r.label) for r in test], ctx=ctx)["accuracy"]
+    assert both.value > 0.9 and blind.ci_low < 0.6 < both.ci_low, (both, blind)
