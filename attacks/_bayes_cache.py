@@ -19,11 +19,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import array_digest, code_digest, state_key
 from rapt_audit.api.files import read_cache_json_gz, stable_hash, write_cache_json_gz
 from rapt_audit.attacks._token_views import TokenView
 from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.scoring import content_tokens as _content_tokens
-from rapt_audit.api.digests import array_digest, code_digest, state_key
 
 #: The code that decides the choice: the attack, its model of channel and prior, its pools, the token views
 #: and the content-token scorer the choice is made on.

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import array_digest, code_digest
 from rapt_audit.api.errors import DataError, UsageError
 from rapt_audit.api.params import CheckedParams, NonNegativeFloat, PositiveFloat, PositiveInt, get_params
 from rapt_audit.api.types import AttackerData, Estimate, Record, Release, Skip
@@ -47,7 +48,6 @@ from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.scoring.content_tokens import ContentPrior
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.api.digests import array_digest, code_digest
 from rapt_audit.utility.state_cache import cached_state
 from rapt_audit.utility.training import EarlyStopping, TrainOutcome, adam, fit, shuffled, supervised_loss
 

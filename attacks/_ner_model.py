@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import code_digest
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.api.digests import code_digest
 from rapt_audit.utility.training import Epochs, fit, length_batches, padded_rows
 
 

@@ -289,7 +289,9 @@ def shared_nearest_rows(ctx: RunContext, table: np.ndarray, queries: np.ndarray,
     search the same released vectors (``whitebox``'s top-k, ``bayes_inversion``'s candidates), and each search of
     the 30,522-row table takes seconds on a CPU. Keyed by the table's and the queries' bytes."""
     width = max(int(k), SHARED_WIDTH)
-    table_key = ctx.shared(("array_digest", id(table), table.shape), lambda: array_digest(table))
+    # The table's digest is memoised by its id; the memo holds the table itself, so no other array can take that
+    # id while the run lasts.
+    table_key = ctx.shared(("array_digest", id(table)), lambda: (table, array_digest(table)))[1]
     key = ("nearest_rows", table_key, array_digest(queries), width, ctx.device)
     return ctx.shared(key, lambda: nearest_rows(table, queries, width, device=ctx.device))[:, :int(k)]
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import array_digest, code_digest
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Dropout, PositiveInt, Range, get_params
 from rapt_audit.api.plugins import ATTACKS
@@ -21,7 +22,6 @@ from rapt_audit.scoring import content_tokens as unit
 from rapt_audit.scoring.content_tokens import ContentPrior, content_scores, content_tokens, fit_prior
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.api.digests import array_digest, code_digest
 from rapt_audit.utility.state_cache import cached_state
 
 #: The code that builds, trains and thresholds the network (cached weights are reused only by it).

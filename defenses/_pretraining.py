@@ -25,13 +25,13 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import state_key
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.params import get_params, scoped_parameter
 from rapt_audit.data import load_dataset
 from rapt_audit.defenses._customization import SERVICE_PARAMETERS
 from rapt_audit.mechanisms.align import align
 from rapt_audit.utility.pretraining import AlignedText, pretrain_encoder, resolve_pretrain_settings
-from rapt_audit.api.digests import state_key
 from rapt_audit.utility.state_cache import cached_state
 
 

@@ -19,11 +19,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import code_digest, state_key
 from rapt_audit.api.files import stable_hash, write_cache_atomic
 from rapt_audit.api.types import Record, uid_key
 from rapt_audit.encoder.models import LoadedModel, model_fingerprint
 from rapt_audit.encoder.vocab import embedding_space
-from rapt_audit.api.digests import code_digest, state_key
 
 
 MAX_TOKENS = 126  # 128 positions minus [CLS] and [SEP] (the papers' maximum length)

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.context import RunContext
+from rapt_audit.api.digests import code_digest
 from rapt_audit.api.files import stable_hash
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.classification import classification_utility
@@ -23,7 +24,6 @@ from rapt_audit.utility import customize, decision, on_device, selection, task_m
 from rapt_audit.utility.customize import PlainTokens, TrainedClassifier, resolve_settings
 from rapt_audit.utility.on_device import ServiceInput
 from rapt_audit.utility.selection import resolve_grid, select_and_train
-from rapt_audit.api.digests import code_digest
 from rapt_audit.utility.state_cache import cached_state
 from rapt_audit.utility.task_model import TrainSettings, build_task_model
 from rapt_audit.utility.token_vectors import TokenVectors
