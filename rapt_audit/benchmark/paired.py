@@ -251,10 +251,7 @@ def _read_over_seeds(values: np.ndarray, measured: np.ndarray) -> np.ndarray:
     """Each resample's reading: the mean over its drawn seeds where the defense was measured; NaN where one of those
     does not reach the target, or none was measured."""
     missed = (np.isnan(values) & measured).any(axis=-1)
-    count = measured.sum(axis=-1)
-    total = np.where(measured, np.nan_to_num(values), 0.0).sum(axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(missed | (count == 0), np.nan, total / count)
+    return np.where(missed, np.nan, _seed_mean(np.where(measured, values, np.nan)))
 
 
 def _seed_mean(values: np.ndarray) -> np.ndarray:
