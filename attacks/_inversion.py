@@ -101,7 +101,7 @@ class SelectedTraining(CheckedParams):
         """
         return fit(net, loss=supervised_loss(net, x, y, criterion, device=ctx.device),
                    batches=shuffled(len(x), int(self.batch_size), rng=np.random.default_rng(seed)),
-                   optimizer=adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay, fused=True),
+                   optimizer=adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay),
                    stop=EarlyStopping(int(self.epochs), valid_score, patience=int(self.patience), untrained=True),
                    autocast=functools.partial(autocast, ctx.device, ctx.precision))
 

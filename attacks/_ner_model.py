@@ -18,7 +18,7 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.digests import code_digest
 from rapt_audit.utility import training
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.utility.training import Epochs, fit, length_batches, padded_rows
+from rapt_audit.utility.training import Epochs, adam, fit, length_batches, padded_rows
 
 
 #: The code that builds, trains and tags with the classifier (its cached weights are reused only by it).
@@ -93,7 +93,7 @@ def train_token_classifier(attack: Any, words: list[list[str]], tags: list[list[
     model.train()
     if attack.freeze_embeddings:  # a third of MiniLM's weights; freezing them makes CPU steps ~25 % cheaper
         model.get_input_embeddings().weight.requires_grad_(False)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=attack.lr, weight_decay=0.01)
+    optimizer = adam([p for p in model.parameters() if p.requires_grad], lr=attack.lr, weight_decay=0.01, decoupled=True)
     order_rng = ctx.rng("attack", attack.name, "order")
     keep = [k for k, w in enumerate(words) if w]
     # Linear warm-up over the first 10 % of steps, then linear decay to 0 (the usual BERT fine-tuning schedule).

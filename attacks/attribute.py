@@ -20,7 +20,7 @@ from rapt_audit.encoder.models import one_thread
 from rapt_audit.scoring.classification import accuracy_estimate, chance_scores, macro_f1_estimate
 from rapt_audit.scoring.metrics import metric
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.utility.training import EarlyStopping, fit, shuffled, supervised_loss
+from rapt_audit.utility.training import EarlyStopping, adam, fit, shuffled, supervised_loss
 
 metric("attribute_macro_f1", "attack", False, "macro-F1 of the attacker's private-attribute guesses")
 metric("attribute_advantage", "attack", False, "attribute accuracy minus the majority guess's accuracy on the same "
@@ -160,7 +160,7 @@ class AttributeInferenceAttack(CheckedParams):
         outcome = fit(model, loss=supervised_loss(model, x_train, y_train, torch.nn.functional.cross_entropy,
                                                   device=ctx.device),
                       batches=shuffled(len(x_train), self.batch_size, rng=ctx.rng("attack", self.name, "order")),
-                      optimizer=torch.optim.Adam(model.parameters(), lr=self.lr),
+                      optimizer=adam(model.parameters(), lr=self.lr),
                       stop=EarlyStopping(self.epochs, valid_accuracy),
                       autocast=functools.partial(autocast, ctx.device, ctx.precision))
         return model, outcome.best_epoch, outcome.best_score

@@ -17,7 +17,7 @@ from torch import nn
 from rapt_audit.encoder.encode import to_device
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.utility.training import DeviceSum, Epochs, fit, shuffled_even, supervised_loss
+from rapt_audit.utility.training import DeviceSum, Epochs, adam, fit, shuffled_even, supervised_loss
 
 
 class _ReverseGradient(torch.autograd.Function):
@@ -93,7 +93,7 @@ def fit_classifier(x: np.ndarray, y: np.ndarray, *, n_classes: int, hidden: int 
     torch.manual_seed(seed)
     order_rng = np.random.default_rng(seed)
     model = mlp(x.shape[1], hidden, n_classes, dropout).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    optimizer = adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     batch_loss = supervised_loss(model, np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.int64),
                                  nn.functional.cross_entropy, device=device)
     total = DeviceSum(["loss"], device)  # this epoch's summed loss, read once per epoch
@@ -162,7 +162,7 @@ def train_cape(pooled: np.ndarray, labels: np.ndarray, attributes: np.ndarray, *
     groups = [{"params": projection.parameters(), "lr": lr}]
     groups += [{"params": task_head.parameters(), "lr": lr}] if task_head is not None else []
     groups += [{"params": adversary_head.parameters(), "lr": adversary_lr}] if adversary_head is not None else []
-    optimizer = torch.optim.Adam(groups)
+    optimizer = adam(groups)
     labels, attributes = np.asarray(labels, dtype=np.int64), np.asarray(attributes, dtype=np.int64)
     xt = torch.as_tensor(np.asarray(pooled, dtype=np.float32), device=device)
     yt, at = torch.as_tensor(labels, device=device), torch.as_tensor(attributes, device=device)

@@ -27,7 +27,7 @@ from rapt_audit.encoder.encode import to_device
 from rapt_audit.encoder.models import one_thread
 from rapt_audit.mechanisms.noise import dchi_noise
 from rapt_audit.utility.state_cache import cached_state
-from rapt_audit.utility.training import EarlyStopping, fit
+from rapt_audit.utility.training import EarlyStopping, adam, fit
 
 
 def clip_rows(x: np.ndarray, bound: float) -> np.ndarray:
@@ -211,7 +211,7 @@ def train_denoiser(train: DenoiseBatch, valid: DenoiseBatch, *, d_model: int, he
     order_rng = np.random.default_rng(seed)
     model = Denoiser(train.output.shape[1], d_model=d_model, heads=heads, d_ff=d_ff, layers=layers,
                      max_tokens=max_tokens).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    optimizer = adam(model.parameters(), lr=lr, weight_decay=0.01, decoupled=True)
     target = torch.as_tensor(train.clean.astype(np.float32), device=device)
     noisy_mse = float(mse_rows(valid.output, valid.clean).mean())  # the untrained denoiser is the identity
     padded, valid_padded = _Padded(train, max_tokens, device), _Padded(valid, max_tokens, device)

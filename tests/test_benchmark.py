@@ -282,6 +282,19 @@ def test_no_cell_runs_where_no_attack_can_read_the_release_and_the_row_says_why(
     assert not isinstance(rows[("t2t", 0)].attacks["ner"], Skip)
 
 
+def test_cells_that_share_a_trained_model_never_run_side_by_side_and_the_task_cell_comes_first(tmp_path):
+    """One setting and seed on several datasets share what its first cell trains (SnD's denoiser): with
+    ``--jobs 2`` neighbours in the plan run at once, so two such cells next to each other both train it."""
+    cells = plan_cells(load_benchmark("sst2-cpu", check_data=False), out=tmp_path / "plan")
+    setting = [(c.defense, c.setting, c.seed) for c in cells]
+    assert all(a != b for a, b in zip(setting, setting[1:]))
+    first = {}
+    for k, cell in enumerate(cells):
+        first.setdefault((cell.defense, cell.setting, cell.seed), (k, cell.dataset))
+    assert {dataset for _, dataset in first.values()} == {"sst2"}
+    assert [c.seed for c in cells] == sorted(c.seed for c in cells)  # a budget stops between seeds
+
+
 def test_a_task_without_attacks_of_its_own_runs_the_placeholder_attack(tmp_path):
     text = TWO.replace('inversion = "synthetic"\nattribute = "synthetic"\n', "")
     bench = load_benchmark(_write(tmp_path, text))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,7 @@ from rapt_audit.utility.training import (  # noqa: E402
     DeviceSum,
     EarlyStopping,
     Epochs,
+    adam,
     fit,
     shuffled,
     shuffled_even,
@@ -186,3 +190,49 @@ def test_to_device_on_cpu_is_the_array_itself():
     idx = np.array([4, 1, 2])
     moved = to_device(idx, "cpu")
     assert moved.tolist() == [4, 1, 2] and moved.data_ptr() == idx.__array_interface__["data"][0]
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_the_shared_optimizer_is_fused_and_steps_as_the_per_tensor_rule(decoupled):
+    """`adam` picks torch's fused kernel on CPU; its weights follow the plain loop's (Adam or AdamW)."""
+    shapes = [(300, 16), (16,), (16, 4)]
+
+    def trained(make):
+        torch.manual_seed(3)
+        params = [torch.nn.Parameter(torch.randn(*shape)) for shape in shapes]
+        optimizer = make(params)
+        grads = torch.Generator().manual_seed(4)
+        for _ in range(20):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=grads)
+            optimizer.step()
+        return optimizer, params
+
+    plain = torch.optim.AdamW if decoupled else torch.optim.Adam
+    fused, ours = trained(lambda ps: adam(ps, lr=1e-2, weight_decay=0.1, decoupled=decoupled))
+    _, reference = trained(lambda ps: plain(ps, lr=1e-2, weight_decay=0.1, foreach=False))
+    assert isinstance(fused, plain) and fused.defaults["fused"] is True
+    assert fused.defaults["weight_decay"] == 0.1
+    for a, b in zip(ours, reference):
+        assert torch.allclose(a, b, atol=1e-6), (a - b).abs().max()
+    torch.manual_seed(3)
+    assert not torch.allclose(ours[0], torch.randn(*shapes[0]), atol=1e-2)  # the steps did move the weights
+
+
+def test_every_trainer_builds_its_optimizer_with_the_shared_helper():
+    """A trainer that builds torch's Adam itself gets the slow per-tensor loop on CPU (see `adam`)."""
+    root = Path(__file__).resolve().parents[1]
+    own = [f"{path.relative_to(root)}:{n}" for folder in ("rapt_audit", "attacks", "defenses")
+           for path in sorted((root / folder).rglob("*.py")) if path.name != "training.py"
+           for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+           if re.search(r"torch\.optim\.(Adam|AdamW|SGD)\(", line)]
+    assert not own, f"optimizers built outside rapt_audit.utility.training.adam: {own}"
+
+
+def test_param_groups_keep_their_own_learning_rates():
+    slow, fast = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    optimizer = adam([{"params": [slow], "lr": 1e-3}, {"params": [fast], "lr": 1e-1}])
+    slow.grad, fast.grad = torch.ones(3), torch.ones(3)
+    optimizer.step()
+    assert torch.allclose(1 - slow.detach(), torch.full((3,), 1e-3), rtol=1e-3)
+    assert torch.allclose(1 - fast.detach(), torch.full((3,), 1e-1), rtol=1e-3)

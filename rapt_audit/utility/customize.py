@@ -35,7 +35,7 @@ from rapt_audit.api.registry import closest
 from rapt_audit.utility.decision import biased_probabilities
 from rapt_audit.utility.on_device import FirstNonFinite, ServiceInput, autocast, check_precision, tokenize
 from rapt_audit.utility.task_model import TrainSettings, build_task_model, run_batch
-from rapt_audit.utility.training import DeviceSum, Diverged, EarlyStopping, Epochs, fit, length_batches
+from rapt_audit.utility.training import DeviceSum, Diverged, EarlyStopping, Epochs, adam, fit, length_batches
 
 #: The customization methods, in the order the paper reports them.
 METHODS = ("prompt", "prefix", "lora", "full")
@@ -223,7 +223,7 @@ def train_classifier(loaded: Any, texts: ServiceInput, labels: np.ndarray, setti
     use_rec = plain is not None and reconstruction and plain_count > 0
     model = build_task_model(loaded, settings, n_labels, rec_vocabulary=plain.vocabulary_size if use_rec else 0)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(trainable, lr=settings.lr)  # RAPT: Adam, no weight decay
+    optimizer = adam(trainable, lr=settings.lr)  # RAPT: Adam, no weight decay
     targets = torch.tensor(plain.targets, device=loaded.device) if use_rec else None
     y = torch.as_tensor(labels, device=loaded.device)
     tokens = tokenize(loaded.tokenizer, texts, plain_count=plain_count, max_length=settings.max_length,

@@ -53,7 +53,7 @@ from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.registry import unknown_name_message
 from rapt_audit.encoder.encode import to_device
 from rapt_audit.utility.on_device import autocast
-from rapt_audit.utility.training import DeviceSum, Epochs, fit
+from rapt_audit.utility.training import DeviceSum, Epochs, adam, fit
 
 #: ``none`` keeps the public encoder as it is.
 OBJECTIVES = ("none", "vanilla", "prob", "denoise")
@@ -317,7 +317,7 @@ def _mlm_phase(model: Any, loaded: Any, texts: Sequence[AlignedText], settings: 
 
     copies = len(texts[0].copies)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, weight_decay=0.01)
+    optimizer = adam(trainable, lr=settings.lr, weight_decay=0.01, decoupled=True)
     warmup = max(1, round(settings.warmup * settings.steps))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
         (step + 1) / warmup, max(0.0, (settings.steps - step) / max(1, settings.steps - warmup))))
