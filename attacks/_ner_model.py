@@ -93,7 +93,8 @@ def train_token_classifier(attack: Any, words: list[list[str]], tags: list[list[
     model.train()
     if attack.freeze_embeddings:  # a third of MiniLM's weights; freezing them makes CPU steps ~25 % cheaper
         model.get_input_embeddings().weight.requires_grad_(False)
-    optimizer = adam([p for p in model.parameters() if p.requires_grad], lr=attack.lr, weight_decay=0.01, decoupled=True)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = adam(trainable, lr=attack.lr, weight_decay=0.01, decoupled=True)
     order_rng = ctx.rng("attack", attack.name, "order")
     keep = [k for k, w in enumerate(words) if w]
     # Linear warm-up over the first 10 % of steps, then linear decay to 0 (the usual BERT fine-tuning schedule).

@@ -21,7 +21,8 @@ from rapt_audit.benchmark.ceiling import HEAD_SERVICE, OWN_SERVICE, no_privacy_c
 from rapt_audit.benchmark.join import join
 from rapt_audit.benchmark.locate import find_line
 from rapt_audit.benchmark.matched import at_utility, matched
-from rapt_audit.benchmark.plan import PLACEHOLDER_ATTACK, plan_cells
+from rapt_audit.benchmark import run as bench_run
+from rapt_audit.benchmark.plan import PLACEHOLDER_ATTACK, estimate_costs, plan_cells
 from rapt_audit.benchmark.run import file_label
 from rapt_audit.benchmark.spec import BenchmarkError, set_text, shipped, shipped_dir
 from rapt_audit.benchmark.validate import load_benchmark
@@ -289,10 +290,21 @@ def test_cells_that_share_a_trained_model_never_run_side_by_side_and_the_task_ce
     setting = [(c.defense, c.setting, c.seed) for c in cells]
     assert all(a != b for a, b in zip(setting, setting[1:]))
     first = {}
-    for k, cell in enumerate(cells):
-        first.setdefault((cell.defense, cell.setting, cell.seed), (k, cell.dataset))
-    assert {dataset for _, dataset in first.values()} == {"sst2"}
+    for cell in cells:
+        first.setdefault((cell.defense, cell.setting, cell.seed), cell.dataset)
+    assert set(first.values()) == {"sst2"}
     assert [c.seed for c in cells] == sorted(c.seed for c in cells)  # a budget stops between seeds
+
+
+def test_a_benchmark_run_gives_each_pending_cell_its_estimate_for_the_time_left(tmp_path, monkeypatch):
+    bench = load_benchmark(_write(tmp_path, TWO))
+    cells = plan_cells(bench, out=tmp_path / "out")
+    seen = {}
+    monkeypatch.setattr(bench_run, "run_sweep", lambda given, **_kw: seen.setdefault("cells", list(given)))
+    bench_run.run_benchmark(bench, cells, out=tmp_path / "out")
+    expected = [cost.seconds for cost in estimate_costs(cells, bench.profile)]
+    assert [c.expected_s for c in seen["cells"]] == expected and all(e > 0 for e in expected)
+    assert [c.name for c in seen["cells"]] == [c.cell.name for c in cells]
 
 
 def test_a_task_without_attacks_of_its_own_runs_the_placeholder_attack(tmp_path):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.cli import main
 from rapt_audit.pipeline import sweep
+from rapt_audit.pipeline.cell_driver import CellDriver
 
 TINY = ["--set", "data.victim_train=60", "--set", "data.victim_test=40", "--set", "data.attacker_train=60",
         "--set", "data.attacker_valid=30"]
@@ -157,3 +159,41 @@ def test_bad_time_budgets_are_refused(extra, message, tmp_path, capsys):
     assert message in capsys.readouterr().err
     assert main(RUN + ["--out", str(tmp_path / "c"), "--time-budget", "60"]) == 2
     assert "applies to sweeps" in capsys.readouterr().err
+
+
+class _Estimating(CellDriver):
+    """The driver's bookkeeping alone (nothing runs): two workers, the test's clock."""
+
+    def capacity(self, *, quiet: bool = False) -> int:
+        return 2
+
+
+def _driver(expected, now):
+    cells = [sweep.Cell((("seed", str(k)),), f"seed={k}", None, expected_s=e) for k, e in enumerate(expected)]
+    index = SimpleNamespace(status={c.name: "pending" for c in cells}, finished={})
+    return _Estimating(cells, index, lambda _msg: None, None, clock=lambda: now[0]), cells
+
+
+def test_time_left_sums_the_estimates_of_what_is_left_scaled_by_how_the_finished_cells_compared():
+    """A grid whose first cells are its cheapest: the mean so far would read minutes for hours of work."""
+    now = [0.0]
+    driver, cells = _driver([100.0, 200.0, 300.0, 400.0], now)
+    assert driver.time_left() == 500.0  # nothing finished: the estimates as they are, over two workers
+    driver.queue.popleft()
+    driver.against_estimate.append((50.0, 100.0))  # the first took half its estimate
+    driver.durations.append(50.0)
+    driver.running[object()] = (driver.queue.popleft(), 0.0, None)
+    now[0] = 40.0
+    # running: 0.5 * 200 - 40 = 60 left; queued: 0.5 * (300 + 400) = 350; two workers.
+    assert driver.time_left() == 205.0
+    assert driver.counts() == "1 running, 2 queued, about 3 min left"
+    now[0] = 500.0  # a running cell past its estimate counts as about to end, never as negative time
+    assert driver.time_left() == 175.0
+
+
+def test_without_estimates_time_left_is_the_mean_of_the_finished_cells_per_round():
+    driver, _ = _driver([None, None, None], [0.0])
+    assert driver.time_left() is None and driver.counts() == "0 running, 3 queued"
+    driver.queue.popleft()
+    driver.durations.extend([10.0, 30.0])
+    assert driver.time_left() == 20.0  # two cells left, two workers: one round of the mean

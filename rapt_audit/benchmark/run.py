@@ -13,6 +13,7 @@ file goes beside it (``benchmark.toml``), so the folder says how to run it again
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -21,7 +22,7 @@ from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic, write_text_atomic
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.outputs import check_out_folder, folder_exists
-from rapt_audit.benchmark.plan import BenchCell
+from rapt_audit.benchmark.plan import BenchCell, estimate_costs
 from rapt_audit.benchmark.spec import Benchmark, set_text, shipped_dir
 from rapt_audit.pipeline.results import RunResult
 from rapt_audit.pipeline.sweep import SWEEP_INDEX, Axis, Cell, Executor, run_sweep
@@ -171,7 +172,11 @@ def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, lo
         write_json_atomic(out / INDEX_FILE, index_document(bench, cells if indexed is None else indexed))
         if prepare is not None:
             prepare()
-        return run_sweep([c.cell for c in cells], out=out, axes=axes_of(cells), log=log, progress=progress,
+        # Each pending cell carries its estimate (the dry run's figures), so the progress line's time left
+        # reads hours where the cheap local-only cells come first.
+        expected = [replace(c.cell, expected_s=cost.seconds) if cost.status == "pending" else c.cell
+                    for c, cost in zip(cells, estimate_costs(cells, bench.profile))]
+        return run_sweep(expected, out=out, axes=axes_of(cells), log=log, progress=progress,
                          executor=executor, time_budget=time_budget, own_index=OWN_INDEX)
 
 

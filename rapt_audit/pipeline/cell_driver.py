@@ -111,6 +111,8 @@ class CellDriver:
         self.queue = deque(c for c in self.cells if index.status[c.name] == "pending")
         self.running: dict[Any, tuple[Cell, float, ExitStack]] = {}
         self.durations: list[float] = []
+        #: ``(took, expected)`` seconds of each finished cell that came with an estimate (:attr:`Cell.expected_s`).
+        self.against_estimate: list[tuple[float, float]] = []
         self.ran = 0
         self.compute = compute or audit_runner.compute  # looked up now, so a patched compute is honoured
 
@@ -150,11 +152,31 @@ class CellDriver:
         if self.spent is not None:
             return f"{len(self.running)} running, {len(self.queue)} left for the next call"
         text = f"{len(self.running)} running, {len(self.queue)} queued"
-        if self.durations and (self.running or self.queue):
-            mean = sum(self.durations) / len(self.durations)
-            rounds = math.ceil((len(self.running) + len(self.queue)) / max(1, self.capacity(quiet=True)))
-            text += f", about {duration(mean * rounds)} left"
-        return text
+        left = self.time_left()
+        return text if left is None else f"{text}, about {duration(left)} left"
+
+    def time_left(self) -> float | None:
+        """Seconds until the running and queued cells are done, on this sweep's workers; None: no basis yet.
+
+        Where every cell left has an estimate (:attr:`Cell.expected_s`), their sum, scaled by how the
+        finished cells' times compared with their own estimates (this machine against the figures'), less
+        what the running cells have already spent; otherwise the mean of the finished cells per cell.
+        """
+        running = list(self.running.values())
+        cells = [cell for cell, _, _ in running] + list(self.queue)
+        workers = max(1, self.capacity(quiet=True))
+        if not cells:
+            return None
+        if all(cell.expected_s is not None for cell in cells):
+            took = sum(t for t, _ in self.against_estimate)
+            expected = sum(e for _, e in self.against_estimate)
+            scale = took / expected if self.against_estimate and expected > 0 else 1.0
+            now = self.clock()
+            running_left = sum(max(0.0, scale * cell.expected_s - (now - started)) for cell, started, _ in running)
+            return (running_left + scale * sum(cell.expected_s for cell in self.queue)) / workers
+        if not self.durations:
+            return None
+        return sum(self.durations) / len(self.durations) * math.ceil(len(cells) / workers)
 
     def run(self) -> list[tuple[Cell, RunResult]]:
         """Run every pending cell and write each result; return all results in grid order.
@@ -252,6 +274,8 @@ class CellDriver:
                 return
         elapsed = self.clock() - started  # after the write: a cell costs the budget until its result is safe
         self.durations.append(elapsed)
+        if cell.expected_s is not None:
+            self.against_estimate.append((elapsed, float(cell.expected_s)))
         self.longest = max(self.longest or 0.0, elapsed)
         self.ran += 1
         self.results[cell.name] = result

@@ -66,11 +66,18 @@ class Axis:
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of the sweep grid: its ``--set`` pairs, directory name and configuration."""
+    """One point of the sweep grid: its ``--set`` pairs, directory name and configuration.
+
+    ``expected_s``: the seconds the cell is expected to take, where the caller has an estimate (a
+    benchmark's, from ``costs.toml`` and its finished cells); the progress line's time left then sums
+    the estimates of what is left instead of multiplying the mean of the cells so far, which a grid
+    whose first cells are its cheapest reads as minutes for hours of work.
+    """
 
     assignments: tuple[tuple[str, str], ...]
     name: str
     config: RunConfig
+    expected_s: float | None = None
 
     @property
     def label(self) -> str:

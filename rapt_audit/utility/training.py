@@ -335,9 +335,9 @@ def adam(parameters: Iterable[Any], *, lr: float | None = None, weight_decay: fl
     ``parameters`` are tensors or param groups (dicts with their own ``lr``; then ``lr`` may be None).
     The fused kernel applies the same update rule in one pass per tensor (measured: the parameters after
     30 steps agree with the per-tensor loop to 1e-8); the per-tensor loop torch picks on CPU otherwise
-    re-reads each moment several times, and on a full fine-tuning of MiniLM it took 19 of the
-    service's 61 s (``reports/benchmarks.md``, "Fused optimizer"). Where torch has no fused kernel
-    for the device (an older torch, another backend), the per-tensor loop is used: the same rule.
+    re-reads each moment several times, and the fused kernel cut a full fine-tuning of MiniLM from 61 to
+    41 s (``reports/benchmarks.md``, "The fused optimizer and the plan's order"). Where torch has no
+    fused kernel for the device (an older torch, another backend), the per-tensor loop runs: the same rule.
     """
     import torch  # lazy (torch)
 
