@@ -180,15 +180,18 @@ def test_time_left_sums_the_estimates_of_what_is_left_scaled_by_how_the_finished
     driver, cells = _driver([100.0, 200.0, 300.0, 400.0], now)
     assert driver.time_left() == 500.0  # nothing finished: the estimates as they are, over two workers
     driver.queue.popleft()
-    driver.against_estimate.append((50.0, 100.0))  # the first took half its estimate
-    driver.durations.append(50.0)
+    driver.against_estimate.append((0.0, 400.0))  # the first took nothing against 400 s expected
+    driver.durations.append(0.0)
     driver.running[object()] = (driver.queue.popleft(), 0.0, None)
     now[0] = 40.0
+    # scale (400 + 0) / (400 + 400) = 0.5, the largest estimate (400) weighing for 1;
     # running: 0.5 * 200 - 40 = 60 left; queued: 0.5 * (300 + 400) = 350; two workers.
     assert driver.time_left() == 205.0
     assert driver.counts() == "1 running, 2 queued, about 3 min left"
     now[0] = 500.0  # a running cell past its estimate counts as about to end, never as negative time
     assert driver.time_left() == 175.0
+    driver.against_estimate[:] = [(1.0, 7.0)] * 3  # three tiny cells that beat their estimates barely move it
+    assert driver.time_left() == pytest.approx(350.0 * 403 / 421)  # not 350 * 3 / 21 = 50
 
 
 def test_without_estimates_time_left_is_the_mean_of_the_finished_cells_per_round():

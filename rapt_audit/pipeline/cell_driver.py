@@ -160,7 +160,9 @@ class CellDriver:
 
         Where every cell left has an estimate (:attr:`Cell.expected_s`), their sum, scaled by how the
         finished cells' times compared with their own estimates (this machine against the figures'), less
-        what the running cells have already spent; otherwise the mean of the finished cells per cell.
+        what the running cells have already spent; otherwise the mean of the finished cells per cell. The
+        scale starts from 1 with the weight of the sweep's largest estimate, so a few seconds-long first
+        cells that beat their small estimates do not shrink hours of work (measured: 3.0 h shown for 9).
         """
         running = list(self.running.values())
         cells = [cell for cell, _, _ in running] + list(self.queue)
@@ -168,9 +170,10 @@ class CellDriver:
         if not cells:
             return None
         if all(cell.expected_s is not None for cell in cells):
-            took = sum(t for t, _ in self.against_estimate)
-            expected = sum(e for _, e in self.against_estimate)
-            scale = took / expected if self.against_estimate and expected > 0 else 1.0
+            prior = max((c.expected_s or 0.0 for c in self.cells), default=0.0)
+            took = prior + sum(t for t, _ in self.against_estimate)
+            expected = prior + sum(e for _, e in self.against_estimate)
+            scale = took / expected if expected > 0 else 1.0
             now = self.clock()
             running_left = sum(max(0.0, scale * cell.expected_s - (now - started)) for cell, started, _ in running)
             return (running_left + scale * sum(cell.expected_s for cell in self.queue)) / workers
