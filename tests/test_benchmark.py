@@ -29,7 +29,7 @@ from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.cli.main import main
 from rapt_audit.reporting.pareto import Point
 from rapt_audit.reporting.summary import group_results
-from tests.result_factory import benchmark_folder
+from tests.result_factory import SIG_A, benchmark_folder, fake_result
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -412,3 +412,19 @@ def test_a_reading_says_how_often_its_target_was_reached_only_below_95_percent()
     assert _reading_text(Reading("t2t", value, "interpolated", reached=0.97)) == _reading_text(
         Reading("t2t", value, "interpolated"))  # 97 %: no note
     assert _reading_text(Reading("t2t", value, "interpolated", reached=0.9)).endswith("(reached in 90 % of resamples)")
+
+
+def test_provenance_names_the_code_digest_and_counts_git_states():
+    """The report's "ran" line: the code digest that decides comparability first; a grid run in slices from many
+    commits names three of them and counts the rest."""
+    from rapt_audit.benchmark.render import _provenance
+
+    cells = []
+    for i in range(5):
+        result = fake_result(eta=25 + i, signature=SIG_A.replace("|v:", "|code:abcd1234|v:"))
+        result.env["git_sha"] = f"{i}" * 40 + ("-dirty" if i == 1 else "")
+        cells.append(result)
+    text = _provenance(cells)
+    assert text.startswith("5 cells on code abcd1234 (the package's code digest, in every signature), from git "
+                           "000000000000, 111111111111-dirty, 222222222222 and 2 more; on ")
+    assert "0.00 h of cell time" in text

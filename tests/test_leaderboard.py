@@ -144,3 +144,16 @@ def test_settings_are_labelled_by_their_privacy_parameter(tmp_path):
     assert any(r.startswith("| t2t | p=0.45 (η=87.2) |") for r in rows), rows
     assert any(r.startswith("| cape | ε=5 |") for r in rows), rows
     assert any(r.startswith("| identity (no privacy) | no privacy |") for r in rows), rows
+
+
+def test_many_git_states_are_counted_not_listed(tmp_path):
+    """A grid run in slices over several sessions ran from many commits: the header names three and counts the rest."""
+    runs = tmp_path / "runs"
+    for i, eta in enumerate((25, 50, 75, 100, 125)):
+        result = fake_result(eta=eta)
+        result.env["git_sha"] = f"{i}" * 40 + ("-dirty" if i % 2 else "")
+        write_result(result, runs / f"eta={eta}")
+    out = tmp_path / "lb.md"
+    assert main(["leaderboard", str(runs), "-o", str(out)]) == 0
+    header = next(line for line in out.read_text(encoding="utf-8").splitlines() if "from stored results" in line)
+    assert "(git 000000000000, 111111111111-dirty, 222222222222 and 2 more)" in header

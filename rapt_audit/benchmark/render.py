@@ -40,7 +40,7 @@ e = html.escape
 SEEDS_NOTE = ("Seeds: each seed draws its own victim and attacker records (the splits are seeded by the run "
               "seed) and its own training randomness, so the spread of the per-seed estimates holds both the "
               "record and the seed-to-seed variance. A setting's value is the mean over its seeds, with a 95 % "
-              "Student-t interval over the per-seed estimates (n − 1 degrees of freedom: wide with 3 seeds, as it "
+              "Student-t interval over the per-seed estimates (n − 1 degrees of freedom: wide with few seeds, as it "
               "should be); a single seed keeps its record-bootstrap interval.")
 MATCHED_NOTE = ("Privacy at matched utility: each seed's Pareto frontier of a defense's private settings is read at "
                 "the target, a share of that seed's own ceiling, by linear interpolation between the two settings "
@@ -125,17 +125,20 @@ def _facts(index: dict[str, Any], joined: Joined) -> list[tuple[str, str]]:
 
 
 def _provenance(cells: Sequence[Any]) -> str:
-    """Which code and machine made the finished cells, and what they cost: the commits (a modified tree
-    says ``-dirty``), the platforms and threads, and the sum of the cells' wall times."""
+    """Which code and machine made the finished cells, and what they cost: the package's code digest (the
+    signature's ``code:`` field, which decides what is comparable), the git states the cells ran from (a modified
+    tree says ``-dirty``; a grid run in slices over several sessions lists many), the platforms and threads,
+    and the sum of the cells' wall times."""
+    codes = sorted({signature_fields(r.signature).get("code", "none recorded") for r in cells})
     shas = sorted({str(r.env.get("git_sha") or "not a git checkout") for r in cells})
     platforms = sorted({f"{r.env.get('platform', '?')}, {r.env.get('device', '?')}, "
                         f"{r.env.get('threads', '?')} thread(s) per cell" for r in cells})
     seconds = sum(float(r.env.get("wall_time_s") or 0.0) for r in cells)
-    commits = ", ".join(s if s.startswith("not ") else s[:12] + ("-dirty" if s.endswith("-dirty") else "")
-                        for s in shas)
-    return (f"{len(cells)} cells at commit {commits}"
-            f" on {'; '.join(platforms)}; {seconds / 3600:.2f} h of cell time in all (cells side by side with "
-            "--jobs overlap, so the elapsed time is shorter)")
+    commits = [s if s.startswith("not ") else s[:12] + ("-dirty" if s.endswith("-dirty") else "") for s in shas]
+    shown = ", ".join(commits[:3]) + (f" and {len(commits) - 3} more" if len(commits) > 3 else "")
+    return (f"{len(cells)} cells on code {', '.join(codes)} (the package's code digest, in every signature), "
+            f"from git {shown}; on {'; '.join(platforms)}; {seconds / 3600:.2f} h of cell time in all (cells side "
+            "by side with --jobs overlap, so the elapsed time is shorter)")
 
 
 def _is_sanity(attack: str) -> bool:

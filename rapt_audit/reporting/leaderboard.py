@@ -129,7 +129,8 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
     lines = [f"# {markdown_text(title)}", ""] + ([headline.rstrip(), ""] if headline else []) + [
              f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "
              f"group(s); rendered {now} by `rapt-audit leaderboard` from stored results (git "
-             f"{', '.join(_short_sha(s) for s in shas)}). Do not edit by hand.", "",
+             f"{', '.join(_short_sha(s) for s in shas[:3])}{f' and {len(shas) - 3} more' if len(shas) > 3 else ''}). "
+             "Do not edit by hand.", "",
              "Each table holds only results with one comparability signature (data, splits, model, profile, attack "
              "settings). Numbers are value [95 % interval]; ↑ means higher is better for the defender. Empirical "
              "privacy is 1 − attack success unless a note names another measure (attribute inference: "
