@@ -29,7 +29,7 @@ from rapt_audit.pipeline.results import RESULT_FILE, signature_fields
 from rapt_audit.pipeline.sweep import SWEEP_INDEX
 from rapt_audit.reporting.claims import evaluate, format_markdown
 from rapt_audit.reporting.overview_figures import headline_figure, small_multiples_figure
-from rapt_audit.reporting.leaderboard import render_leaderboard
+from rapt_audit.reporting.leaderboard import git_states, render_leaderboard
 from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.report import write_report
 from rapt_audit.reporting.summary import fmt_estimate, group_results, is_local_baseline
@@ -134,11 +134,9 @@ def _provenance(cells: Sequence[Any]) -> str:
     platforms = sorted({f"{r.env.get('platform', '?')}, {r.env.get('device', '?')}, "
                         f"{r.env.get('threads', '?')} thread(s) per cell" for r in cells})
     seconds = sum(float(r.env.get("wall_time_s") or 0.0) for r in cells)
-    commits = [s if s.startswith("not ") else s[:12] + ("-dirty" if s.endswith("-dirty") else "") for s in shas]
-    shown = ", ".join(commits[:3]) + (f" and {len(commits) - 3} more" if len(commits) > 3 else "")
     return (f"{len(cells)} cells on code {', '.join(codes)} (the package's code digest, in every signature), "
-            f"from git {shown}; on {'; '.join(platforms)}; {seconds / 3600:.2f} h of cell time in all (cells side "
-            "by side with --jobs overlap, so the elapsed time is shorter)")
+            f"from git {git_states(shas)}; on {'; '.join(platforms)}; {seconds / 3600:.2f} h of cell time in all "
+            "(cells side by side with --jobs overlap, so the elapsed time is shorter)")
 
 
 def _is_sanity(attack: str) -> bool:

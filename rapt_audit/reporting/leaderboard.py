@@ -30,8 +30,11 @@ def _name(name: str) -> str:
     return f"`{name}`" if re.fullmatch(r"[\w.:@/=,+|%()-]+", str(name)) else markdown_text(name)
 
 
-def _short_sha(sha: str) -> str:
-    return markdown_text(sha[:12] + ("-dirty" if sha.endswith("-dirty") else ""))
+def git_states(shas: Sequence[str]) -> str:
+    """The git states results ran from, short (``-dirty`` kept): three named and the rest counted, since a grid run
+    in slices over several sessions ran from dozens of commits."""
+    short = [s if s.startswith("not ") else s[:12] + ("-dirty" if s.endswith("-dirty") else "") for s in shas]
+    return ", ".join(short[:3]) + (f" and {len(short) - 3} more" if len(short) > 3 else "")
 
 
 def _link(report: str | None, anchor: str) -> str:
@@ -129,8 +132,7 @@ def render_leaderboard(coll: Collection, *, report: str | None = None, title: st
     lines = [f"# {markdown_text(title)}", ""] + ([headline.rstrip(), ""] if headline else []) + [
              f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "
              f"group(s); rendered {now} by `rapt-audit leaderboard` from stored results (git "
-             f"{', '.join(_short_sha(s) for s in shas[:3])}{f' and {len(shas) - 3} more' if len(shas) > 3 else ''}). "
-             "Do not edit by hand.", "",
+             f"{markdown_text(git_states(shas))}). Do not edit by hand.", "",
              "Each table holds only results with one comparability signature (data, splits, model, profile, attack "
              "settings). Numbers are value [95 % interval]; ↑ means higher is better for the defender. Empirical "
              "privacy is 1 − attack success unless a note names another measure (attribute inference: "
@@ -200,5 +202,5 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parser", "cmd_leaderboard", "group_table", "markdown_text", "render_leaderboard",
+__all__ = ["add_parser", "cmd_leaderboard", "git_states", "group_table", "markdown_text", "render_leaderboard",
            "write_leaderboard"]
