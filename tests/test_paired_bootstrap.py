@@ -215,6 +215,8 @@ def test_every_setting_is_compared_paired_with_sending_nothing_and_the_baselines
     assert all(r.defense != "local" for r in table.readings["whitebox"][0.9])
     rows = local_rows(table)
     assert [r[0] for r in rows[:2]] == ["local", "local"] and rows[0][3] == "local-only baseline"
+    share = {(r[0], r[1]): r[4] for r in rows}  # a setting below sending nothing keeps none of the gain
+    assert share[("a", "η=25")] == "none (below the baseline)" and share[("a", "η=100")][0].isdigit()
     # Paired over seeds and records, and never narrower than the Student-t interval over the per-seed margins.
     ceiling = margins[("identity", "no privacy")].margin
     assert ceiling.method.startswith("bootstrap-paired-hierarchical")
