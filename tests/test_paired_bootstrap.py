@@ -203,6 +203,20 @@ def seed_of_run(run: Loaded) -> int:
     return int(run.result.config["seed"])
 
 
+def test_a_share_whose_margin_is_not_established_shows_only_its_bounded_upper_end():
+    from rapt_audit.benchmark.paired import Margin
+    from rapt_audit.benchmark.render import _share_cell
+
+    def margin(low: float, high: float, share: tuple[float, float, float]) -> Margin:
+        return Margin(row=None, margin=Estimate(value=(low + high) / 2, ci_low=low, ci_high=high),
+                      share=Estimate(value=share[0], ci_low=share[1], ci_high=share[2]))
+
+    assert _share_cell(margin(-0.047, 0.003, (-0.688, -2.769, 0.054))) == "at most 0.054 (not established)"
+    assert _share_cell(margin(-0.040, -0.001, (-0.5, -1.9, -0.02))) == "none (below the baseline)"
+    assert _share_cell(margin(-0.030, 0.001, (-0.6, -2.0, -0.01))) == "at most 0.000 (not established)"
+    assert _share_cell(margin(0.012, 0.049, (1.0, 1.0, 1.0))).startswith("1.000")
+
+
 def test_every_setting_is_compared_paired_with_sending_nothing_and_the_baselines_are_never_candidates():
     from rapt_audit.benchmark.render import local_rows
 

@@ -70,7 +70,7 @@ LOCAL_NOTE = ("Against sending nothing: the local-only baselines classify on the
               "and its own labelled data, releasing nothing (defenses/local.py). Each setting's utility minus the best "
               "of them (the best client in each resample, which favours the baseline), paired over seeds and records, "
               "and the share of the service's gain over that baseline (identity's utility minus it) the setting keeps "
-              "(none where it falls below the baseline).")
+              "(none where it falls below the baseline, only its upper bound where that is not established).")
 LOCAL_HEAD = ("defense", "setting", "utility", "over the best local-only baseline", "share of the service's gain kept",
               "verdict")
 
@@ -88,10 +88,16 @@ def local_rows(table: Matched) -> list[tuple[str, ...]]:
 
 def _share_cell(margin: Margin) -> str:
     """The share of the service's gain a setting keeps; "none" below sending nothing, where the ratio only grows
-    without bound as the gain shrinks (−10.3 for DPNR at ε = 1 on sst2-paper) and reads as no share at all."""
+    without bound as the gain shrinks (−10.3 for DPNR at ε = 1 on sst2-paper) and reads as no share at all.
+    Where the margin is not established either way only the upper bound is shown: the lower end of that ratio
+    is as unbounded (RAPT η = 75 on sst2-cpu read −0.688 [−2.769, 0.054]), while "at most 0.054" is what it says."""
     if margin.share is None:
         return "no gain to keep"
-    return "none (below the baseline)" if margin.verdict == "below sending nothing" else fmt_estimate(margin.share)
+    if margin.verdict == "below sending nothing":
+        return "none (below the baseline)"
+    if margin.verdict == "not established":
+        return f"at most {max(margin.share.ci_high, 0.0):.3f} (not established)"
+    return fmt_estimate(margin.share)
 
 
 #: A reading says in how many resamples its target was reached only below this share: above it the note was noise
