@@ -95,10 +95,11 @@ class Channel:
         seen once about 1 / (R + T) of o's law, tens of times its share. A word seen once as a replacement
         of "the" then looked far more likely replaced than kept, and the guesses of rare kept words were
         taken back (:func:`local_posteriors`); ``mlp_inversion`` stayed the stronger attack there (content F1
-        0.584 against 0.563, seed 0). Absolute discounting with Ney's D, which comes out near 1 when nearly
-        every pair is seen once, leaves such a pair almost nothing beyond the back-off (0.602 against 0.584)
-        and keeps the counts of a concentrated channel, whose pairs recur. (A single Dirichlet over C(o, ·),
-        tried first, fails for the keep part: it all but ruled out that a frequent word had been replaced.)
+        0.584 against 0.563, seed 0, unsure guesses already taken back). Absolute discounting with Ney's D,
+        which comes out near 1 when nearly every pair is seen once, leaves such a pair almost nothing beyond
+        the back-off (0.602 against 0.584) and keeps the counts of a concentrated channel, whose pairs recur.
+        (A single Dirichlet over C(o, ·), tried first, fails for the keep part: it all but ruled out that a
+        frequent word had been replaced.)
         """
         originals = np.asarray(originals, dtype=np.int64)
         counts = self.pairs.get(released, Counter())
@@ -276,7 +277,8 @@ class Evidence:
         back_off = self.back_off - (((1.0 - self.keep[released]) * self.fresh[released] * self.prior[released])
                                     if inside else 0.0)
         total = u * back_off + (self.keep[released] * self.prior[released] if inside else 0.0)
-        seen = [(o, c) for o, c in ch.pairs.get(released, Counter()).items() if o != released and 0 <= o < ch.vocab_size]
+        seen = [(o, c) for o, c in ch.pairs.get(released, Counter()).items()
+                if o != released and 0 <= o < ch.vocab_size]
         if seen:
             o, c = (np.array(x) for x in zip(*seen))
             total += float(((1.0 - self.keep[o]) * np.maximum(c - ch.discount, 0.0) / self.replaced[o]
@@ -288,8 +290,8 @@ def generic_ranking(channel: Channel, lm: NgramModel, alpha: float, limit: int) 
     """The ``limit`` prior-seen rows best as originals of a token the shadow data never saw them released as.
 
     For such a row o the channel is ``(1 − k_o)·W(o)·u(r)`` (:meth:`Channel.log_likelihood`, W the share of
-    o's replacement law left to the back-off, :meth:`Channel.new_replacement`), so rows rank by ``log(1 − k_o) + log W(o) + unigram``,
-    whatever r is.
+    o's replacement law left to the back-off, :meth:`Channel.new_replacement`), so rows rank by
+    ``log(1 − k_o) + log W(o) + unigram``, whatever r is.
     """
     rows = np.array(sorted(r for r in lm.seen() if r >= 0), dtype=np.int64)
     if not rows.size:

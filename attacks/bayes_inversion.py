@@ -278,7 +278,8 @@ class BayesInversionAttack(CheckedParams):
                 ctx: RunContext) -> tuple[Setting, dict[str, tuple[float, float]]]:
         """The setting best on attacker-valid content F1, then token accuracy: one pass of coordinate ascent over
         the grids (the prior's text, α, the mix, the order, then k), each decoding scored at its best
-        abstention threshold, ties kept at the earlier value; every score tried. ``truths`` are the content tokens of the records of ``views``.
+        abstention threshold, ties kept at the earlier value; every score tried. ``truths`` are the content
+        tokens of the records of ``views``.
 
         Content F1 first because it is the headline's unit: a setting can win token accuracy on stop words
         and punctuation while guessing wrong content words, which the headline counts and token accuracy

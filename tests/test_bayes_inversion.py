@@ -139,7 +139,8 @@ def test_an_unseen_release_is_traced_to_a_word_often_replaced_not_to_a_rare_piec
 def test_the_evidence_is_the_channel_times_the_prior_summed_over_every_original():
     """``Evidence`` sums P(r | o)·P(o) in closed form; here against the sum over every row, for a kept token, a
     token seen as a replacement, one seen both ways and one never released."""
-    from rapt_audit.attacks._bayes_model import Candidates, Evidence, NgramModel, decode, estimate_channel, local_posteriors
+    from rapt_audit.attacks._bayes_model import (Candidates, Evidence, NgramModel, decode, estimate_channel,
+                                                 local_posteriors)
 
     rng = np.random.default_rng(0)
     vocab = 60
