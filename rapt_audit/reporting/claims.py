@@ -115,10 +115,17 @@ def difference(a: Row, b: Row, measure: Measured, label: str) -> Difference | No
     diff = ea.value - eb.value
     ma, mb = measure.per_seed(a), measure.per_seed(b)
     if ma is not None and mb is not None and ma and set(ma) == set(mb):
-        found = paired_difference(ma, mb, seed=zlib.crc32(label.encode("utf-8")))
-        return Difference(label, diff, min(found.ci_low, diff), max(found.ci_high, diff), "paired")
+        return paired(label, ma, mb, diff)
     half = unpaired_half_width(ea, eb)
     return Difference(label, diff, diff - half, diff + half, "unpaired")
+
+
+def paired(label: str, a: Mapping[int, Measure], b: Mapping[int, Measure], value: float | None = None) -> Difference:
+    """``a − b`` (seed → measure, the same seeds) with its hierarchical paired 95 % interval (seeded by the label),
+    reported at ``value`` (default: the mean of the per-seed differences); the interval always holds the value."""
+    found = paired_difference(a, b, seed=zlib.crc32(label.encode("utf-8")))
+    value = found.value if value is None else value
+    return Difference(label, value, min(found.ci_low, value), max(found.ci_high, value), "paired")
 
 
 def _utility_estimate(row: Row) -> Estimate | None:
@@ -289,10 +296,7 @@ def attack_as_strong(groups: Sequence[Group], strong: str = "bayes_inversion",
             a, b = attack_metric_measures(row, strong, MEASURE), attack_metric_measures(row, weak, MEASURE)
             if not a or not b or set(a) != set(b):
                 continue  # one of them did not run here, or kept no per-record parts: nothing to pair
-            label = f"{row.defense} {row.setting}, {MEASURE}: {strong} − {weak}"
-            found = paired_difference(a, b, seed=zlib.crc32(label.encode("utf-8")))
-            diffs.append(Difference(label, found.value, min(found.ci_low, found.value),
-                                    max(found.ci_high, found.value), "paired"))
+            diffs.append(paired(f"{row.defense} {row.setting}, {MEASURE}: {strong} − {weak}", a, b))
     return _judge(f"{strong} at least as strong as {weak} (margin {m:g})", diffs, ok=lambda d: d.high <= m,
                   against=lambda d: d.low > 0, what=f"privacy under {strong} not higher (interval below +{m:g})")
 
@@ -342,4 +346,4 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 __all__ = ["EQUIVALENCE_MARGIN", "NON_INFERIORITY_MARGIN", "Difference", "Verdict", "add_parser", "attack_as_strong",
-           "cmd_claims", "difference", "evaluate", "format_markdown"]
+           "cmd_claims", "difference", "evaluate", "format_markdown", "paired"]
