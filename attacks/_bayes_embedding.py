@@ -62,14 +62,22 @@ class Pool:
     channel: np.ndarray
 
     def options(self, lm: NgramModel, k: int) -> list[Candidates]:
-        """Per position, the ``k`` candidates best by likelihood × unigram, best first (as for text releases)."""
+        """Per position, the ``k`` candidates best by likelihood × unigram, best first (as for text releases).
+
+        A candidate's evidence is summed over the whole pool, not the whole vocabulary: the pool holds the
+        nearest rows and the rows best by likelihood × prior, so what it leaves out is the far rows the
+        prior has never seen, each of negligible likelihood × prior.
+        """
         if not self.rows.size:
             return []
         uni = lm.unigram(self.rows.ravel()).reshape(self.rows.shape)
-        order = np.argsort(-(self.channel + uni), axis=1, kind="stable")[:, :k]
+        joint = self.channel + uni
+        evidence = np.logaddexp.reduce(joint, axis=1)
+        order = np.argsort(-joint, axis=1, kind="stable")[:, :k]
         pick = np.take_along_axis
-        return [Candidates(r, c, u) for r, c, u in zip(pick(self.rows, order, 1), pick(self.channel, order, 1),
-                                                        pick(uni, order, 1))]
+        return [Candidates(r, c, u, float(e)) for r, c, u, e in zip(pick(self.rows, order, 1),
+                                                                     pick(self.channel, order, 1),
+                                                                     pick(uni, order, 1), evidence)]
 
 
 class _SeenScreen:

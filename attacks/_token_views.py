@@ -247,6 +247,28 @@ def guessed_content_tokens(guess_rows: np.ndarray, units: Units, n_records: int,
                                        [r >= 0 and bool(space.is_continuation[r]) for r in seq])) for seq in rows]
 
 
+def abstain_unsure_words(guess_rows: np.ndarray, confidence: np.ndarray, units: Units, threshold: float, *,
+                         ctx: RunContext) -> np.ndarray:
+    """``guess_rows`` with every guessed word whose least sure piece has ``confidence`` under ``threshold`` taken
+    back (``-1``, no guess); words are the guessed pieces glued as :func:`guessed_content_tokens` glues them.
+
+    Content tokens are scored by set F1, which a wrong guess costs as much as a missed word: an attacker that
+    names only the words it is sure of is the stronger one. A word is kept or dropped whole; dropping one
+    piece would leave a different word."""
+    rows = np.asarray(guess_rows)
+    if threshold <= 0 or not rows.size:
+        return rows
+    glued = np.zeros(rows.size, dtype=bool)
+    regular = rows >= 0
+    glued[regular] = np.asarray(embedding_space(ctx).is_continuation)[rows[regular]]
+    glued[1:] &= (units.record[1:] == units.record[:-1]) & regular[:-1]
+    glued[0] = False
+    starts = np.flatnonzero(~glued)  # each word's first unit; a word runs to the next start
+    least = np.minimum.reduceat(np.where(regular, confidence, 0.0), starts)
+    unsure = np.repeat(least < threshold, np.diff(np.r_[starts, rows.size]))
+    return np.where(unsure, -1, rows)
+
+
 def features(views: Sequence[TokenView], *, ctx: RunContext, context: bool) -> np.ndarray:
     """Per released unit: its released vector, plus the encoder's contextual state when ``context``."""
     return stack_released(views, contextual_states(views, ctx=ctx) if context else None)

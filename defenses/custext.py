@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Annotated, ClassVar, Sequence
 
@@ -13,6 +12,7 @@ from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.defenses._word_mechanism import (WordMechanismDefense, WordTable, public_frequency_order,
                                                   replacement_of, word_table)
+from rapt_audit.mechanisms import analysis_pack
 from rapt_audit.mechanisms.calibration import ReplacementCount
 from rapt_audit.mechanisms.exponential import sample_rows
 from rapt_audit.mechanisms.noise import check_epsilon
@@ -99,12 +99,11 @@ def custext_log_weights(inputs: np.ndarray, outputs: np.ndarray, valid: np.ndarr
     return np.where(valid, 0.5 * epsilon * utility, -np.inf)
 
 
-@functools.lru_cache(maxsize=1)
-def stop_words() -> frozenset[str]:
-    """CusText+'s stop words, kept unchanged: spaCy's English list (326 words), normalised."""
-    from spacy.lang.en.stop_words import STOP_WORDS  # lazy (spaCy)
-
-    return frozenset(normalize_word(w) for w in STOP_WORDS)
+def stop_words(ctx: RunContext) -> frozenset[str]:
+    """CusText+'s stop words, kept unchanged: spaCy's English list (326 words), normalised; read from the
+    packed analyses where spaCy is not installed (a ``--no-spacy`` bundle), so the list is the same."""
+    return ctx.shared(("custext", "stop_words"),
+                      lambda: frozenset(normalize_word(w) for w in analysis_pack.stop_words(ctx)))
 
 
 @DEFENSES.register("custext", tags=("text", "word"))
@@ -177,7 +176,7 @@ class CusTextDefense(WordMechanismDefense):
         """CusText(+)'s released word for each word (see the class docstring)."""
         table, sets = word_table(ctx), self.sets(ctx)
         uniforms = rng.random(len(words_))  # one per word: the draw of its released word
-        stop = stop_words() if self.plus else frozenset()
+        stop = stop_words(ctx) if self.plus else frozenset()
         kept = np.array([normalize_word(w) in stop for w in words_], dtype=bool).reshape(len(words_))
         released = np.array(words_, dtype=object)
         todo = np.flatnonzero(~kept)

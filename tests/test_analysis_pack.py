@@ -2,8 +2,9 @@
 
 The end-to-end test runs the same audits twice, once with spaCy and once in a child interpreter where
 spaCy and its model are not installed (hidden from imports and from package metadata) and the cache
-holds only the pack: PCT2T (tags, lexicon), T2T at word level (words), the verbatim accounting
-(entities) and a silver NER reference (entity spans) must give identical numbers, and ``ner_spacy``,
+holds only the pack: PCT2T (tags, lexicon), T2T at word level (words), CusText+ (spaCy's stop words),
+the verbatim accounting (entities) and a silver NER reference (entity spans) must give identical numbers,
+and ``ner_spacy``,
 which would need spaCy on released text, is skipped with the reason.
 """
 
@@ -86,6 +87,27 @@ def test_a_text_the_pack_lacks_is_named_with_the_fix(tmp_path: Path, monkeypatch
         pos_tags(RunContext(cache_dir=tmp_path), TEXTS[:1])
 
 
+def test_custext_plus_reads_spacys_stop_words_from_the_pack_where_spacy_is_absent(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch):
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    from rapt_audit.defenses.custext import stop_words as custext_stop_words
+
+    nlp = load_tagger()
+    analysis_pack.write_pack(tmp_path / "with", TEXTS, tags=lambda t: ptb_tags(nlp, t),
+                             entities=lambda t: spacy_entity_spans(nlp, t), key=spacy_version_key(),
+                             stop_words=STOP_WORDS)
+    pack_here(tmp_path / "older", TEXTS)  # a pack made before the list was packed
+    installed = custext_stop_words(RunContext(cache_dir=tmp_path / "with"))
+    without_spacy(monkeypatch)
+    assert analysis_pack.stop_words(RunContext(cache_dir=tmp_path / "with")) == frozenset(STOP_WORDS)
+    assert custext_stop_words(RunContext(cache_dir=tmp_path / "with")) == installed and "the" in installed
+    with pytest.raises(ModelError, match="holds no stop-word list.*CusText\\+.*Rebuild the bundle"):
+        analysis_pack.stop_words(RunContext(cache_dir=tmp_path / "older"))
+    with pytest.raises(ModelError, match="holds no packed analyses"):
+        analysis_pack.stop_words(RunContext(cache_dir=tmp_path / "none"))
+
+
 def test_a_pack_of_another_tagger_is_not_read_where_spacy_is_installed(tmp_path: Path):
     nlp = load_tagger()
     analysis_pack.write_pack(tmp_path, TEXTS, tags=lambda t: [[[w, s, "UH"] for w, s, _ in row] for row in
@@ -105,7 +127,8 @@ def test_public_text_is_packed_only_for_cells_that_privatize_it():
 @pytest.mark.slow
 def test_a_run_without_spacy_reads_the_pack_and_gets_spacys_numbers(tmp_path: Path):
     runs = {"pct2t": ["--defense", "pct2t", "--attacks", "whitebox,ner_spacy", "--set", "eta=50"],
-            "t2t-word": ["--defense", "t2t", "--attacks", "whitebox", "--set", "eta=50", "--set", "unit=word"]}
+            "t2t-word": ["--defense", "t2t", "--attacks", "whitebox", "--set", "eta=50", "--set", "unit=word"],
+            "custext-plus": ["--defense", "custext", "--attacks", "whitebox", "--set", "epsilon=3", "--set", "plus=true"]}
     common = ["--dataset", "synthetic", "--profile", "smoke", "--no-release-cache"]
     configs = [build_config(file=None, cli={"defense": argv[1], "dataset": "synthetic", "profile": "smoke"},
                             sets=[argv[i + 1] for i, a in enumerate(argv) if a == "--set"]) for argv in runs.values()]

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from rapt_audit.api.types import AttackResult, PerRecord
+from rapt_audit.api.types import AttackResult, Estimate, PerRecord, Skip
 from rapt_audit.cli.main import main
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import RunResult
@@ -146,3 +146,44 @@ def test_cli_prints_markdown_and_json(tmp_path, capsys):
     assert [v["status"] for v in verdicts][:3] == ["supported", "supported", "supported"]
     assert {v["status"] for v in verdicts} <= set(claims.STATUSES)
     assert main(["claims", str(tmp_path / "missing")]) == 2
+
+
+def _inversions(result, privacy: dict[str, np.ndarray]):  # noqa: ANN001, ANN202
+    """``result`` with each named attack's content privacy kept per record (1 = the record's content withheld)."""
+    attacks = dict(result.attacks)
+    for name, per_record in privacy.items():
+        value = float(per_record.mean())
+        est = Estimate(value, value, value, len(per_record), "bootstrap",
+                       per_record=PerRecord(tuple(map(float, per_record)), (1.0,) * len(per_record)))
+        attacks[name] = AttackResult(est, {"content_privacy": est}, {"records": len(per_record)})
+    return replace(result, attacks=attacks)
+
+
+def _attack_pair(strong_share: float, weak_share: float, *, etas=(50, 100, math.inf)):  # noqa: ANN001, ANN202
+    """Three seeds of a t2t grid where each attack withholds ``share`` of 300 records (others at each seed)."""
+    out = []
+    for seed in (0, 1, 2):
+        rng = np.random.default_rng(seed)
+        for eta in etas:
+            strong = (rng.random(300) < strong_share).astype(float)
+            weak = (rng.random(300) < weak_share).astype(float)
+            out.append(_inversions(fake_result(eta=eta, seed=seed, privacy={}),
+                                   {"bayes_inversion": strong, "mlp_inversion": weak}))
+    return out
+
+
+def test_an_attack_is_as_strong_as_another_where_its_content_privacy_is_not_higher_paired_per_setting():
+    stronger = claims.attack_as_strong(_groups(*_attack_pair(0.3, 0.6)))
+    # one comparison per private setting, all three seeds paired; η = ∞ releases the text and is left out
+    assert stronger.status == "supported" and [d.label.split(",")[0] for d in stronger.differences] == [
+        "t2t η=50", "t2t η=100"]
+    assert all(d.method == "paired" and d.high < 0 for d in stronger.differences)
+    weaker = claims.attack_as_strong(_groups(*_attack_pair(0.6, 0.3)))
+    assert weaker.status == "not supported" and all(d.low > 0 for d in weaker.differences)
+    # the same strength, measured on 300 records: neither shown nor refuted
+    assert claims.attack_as_strong(_groups(*_attack_pair(0.45, 0.45))).status == "inconclusive"
+    # an attack that reports no content privacy (a skip, an older result) gives nothing to compare
+    skipped = [replace(r, attacks={**r.attacks, "mlp_inversion": Skip("needs a release of kind texts")})
+               for r in _attack_pair(0.3, 0.6)]
+    assert claims.attack_as_strong(_groups(*skipped)).status == "not evaluable"
+    assert claims.evaluate(_groups(*_attack_pair(0.3, 0.6)))[-1].claim == stronger.claim

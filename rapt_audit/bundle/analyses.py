@@ -74,7 +74,10 @@ def build(configs: Sequence[RunConfig], datasets: Mapping[str, str], data_dir: P
     log(f"analysing {len(texts):,} texts ({words:,} words) with spaCy for the packed analyses "
         f"(about {words / WORDS_PER_SECOND / 60:.0f} min)")
     nlp, key = load_tagger(), spacy_version_key()
-    write_pack(staging, texts, tags=lambda t: ptb_tags(nlp, t), entities=lambda t: spacy_entity_spans(nlp, t), key=key)
+    from spacy.lang.en.stop_words import STOP_WORDS  # lazy (spaCy); CusText+ keeps these words unchanged
+
+    write_pack(staging, texts, tags=lambda t: ptb_tags(nlp, t), entities=lambda t: spacy_entity_spans(nlp, t), key=key,
+               stop_words=STOP_WORDS)
     # The vocabulary lexicon, from this machine's cache when an earlier run or bundle made it.
     ctx = RunContext(seed=configs[0].seed, profile=configs[0].profile, device="cpu", model=configs[0].model,
                      cache_dir=default_cache_dir(), data_dir=configs[0].data_dir)

@@ -12,7 +12,8 @@ its rows are spaCy's output as the analyses cache stores it, with the tagger's i
 (:func:`rapt_audit.mechanisms.pos.spacy_version_key`) recorded. Where spaCy is installed, only a pack
 of the installed tagger is read; where it is not, the pack's tagger stands for it (:func:`tagger_key`)
 and results say so (:func:`provenance`). spaCy's NER on *released* text (the ``ner_spacy`` attack)
-cannot be packed: it is skipped there, with that reason.
+cannot be packed: it is skipped there, with that reason. A pack also holds spaCy's English stop-word
+list, which CusText+ keeps unchanged (:func:`stop_words`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from pathlib import Path
@@ -32,7 +33,8 @@ from rapt_audit.api.files import write_cache_atomic
 from rapt_audit.mechanisms.pos import spacy_version_key
 
 
-__all__ = ["PACK_FILE", "PackedAnalyses", "lookup", "provenance", "tagger_key", "texts_digest", "write_pack"]
+__all__ = ["PACK_FILE", "PackedAnalyses", "lookup", "provenance", "stop_words", "tagger_key", "texts_digest",
+           "write_pack"]
 
 #: Where a pack lies, relative to the cache folder.
 #: Plain JSON, not gzip: a bundle compresses its pieces with xz, which makes it 1.4 MiB for SST-2 and
@@ -53,12 +55,14 @@ def texts_digest(texts: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class PackedAnalyses:
-    """A pack's rows: per text, its ``[word, whitespace, PTB tag]`` tokens and ``[label, start, end]`` entities."""
+    """A pack's rows: per text, its ``[word, whitespace, PTB tag]`` tokens and ``[label, start, end]`` entities;
+    and spaCy's English stop words (None in a pack made before they were packed)."""
 
     key: str
     tags: list[list[list[str]]]
     entities: list[list[list[Any]]]
     index: dict[str, int]
+    stop_words: frozenset[str] | None = None
 
     def rows(self, kind: str, texts: Sequence[str]) -> tuple[list[Any] | None, list[str]]:
         """The ``kind`` rows of ``texts`` (``tags``, ``words`` or ``entities``), or None and the texts it lacks."""
@@ -74,7 +78,7 @@ class PackedAnalyses:
 
 
 def write_pack(cache_dir: Path, texts: Sequence[str], *, tags: Callable[[list[str]], list[Any]],
-               entities: Callable[[list[str]], list[Any]], key: str) -> Path:
+               entities: Callable[[list[str]], list[Any]], key: str, stop_words: Iterable[str] | None = None) -> Path:
     """Analyse every distinct text of ``texts`` and store the pack under ``cache_dir``; returns its path.
 
     Args:
@@ -83,11 +87,15 @@ def write_pack(cache_dir: Path, texts: Sequence[str], *, tags: Callable[[list[st
         tags: ``texts → [[word, whitespace, PTB tag], ...] per text`` (spaCy's tagger).
         entities: ``texts → [[label, start, end], ...] per text`` (spaCy's NER).
         key: The tagger's identity (:func:`rapt_audit.mechanisms.pos.spacy_version_key`).
+        stop_words: spaCy's English stop-word list (``spacy.lang.en.stop_words.STOP_WORDS``), for CusText+;
+            None packs none.
     """
     distinct = list(dict.fromkeys(texts))
     path = Path(cache_dir) / PACK_FILE
     document = {"format": FORMAT, "key": key, "n": len(distinct), "tags": tags(distinct),
                 "entities": entities(distinct)}
+    if stop_words is not None:
+        document["stop_words"] = sorted(set(stop_words))
     payload = json.dumps(document, separators=(",", ":")).encode("ascii")  # escapes keep any string
     if not write_cache_atomic(path, lambda handle: handle.write(payload)):
         raise ModelError(f"could not write the analyses pack to {path}; check the folder is writable")
@@ -104,10 +112,14 @@ def _load(path: Path) -> PackedAnalyses | None:
         if doc["format"] != FORMAT or len(tags) != n or len(entities) != n:
             raise ValueError(doc["format"])
         index = {"".join(token[0] + token[1] for token in row): i for i, row in enumerate(tags)}
+        stop = doc.get("stop_words")  # absent from packs made before CusText+ needed them
+        if stop is not None and not (isinstance(stop, list) and all(isinstance(w, str) for w in stop)):
+            raise ValueError("stop_words")
     except (OSError, TypeError, KeyError, IndexError, ValueError):
         raise ModelError(f"{path} is not a readable analyses pack of format {FORMAT}; rebuild the bundle with "
                          "`rapt-audit bundle --no-spacy ...` or delete the file") from None
-    return PackedAnalyses(key=str(doc["key"]), tags=tags, entities=entities, index=index)
+    return PackedAnalyses(key=str(doc["key"]), tags=tags, entities=entities, index=index,
+                          stop_words=None if stop is None else frozenset(stop))
 
 
 def _run_pack(ctx: RunContext) -> PackedAnalyses | None:
@@ -172,3 +184,25 @@ def provenance(ctx: RunContext) -> dict[str, str] | None:
         return None
     pack = _run_pack(ctx)
     return None if pack is None else {"tagger": pack.key, "source": "packed analyses (spaCy not installed)"}
+
+
+def stop_words(ctx: RunContext) -> frozenset[str]:
+    """spaCy's English stop-word list: the installed spaCy's, else the one packed with the run's analyses.
+
+    Raises:
+        ModelError: when spaCy is not installed and the cache holds no pack with the list (a bundle packed
+            by an earlier rapt-audit): names both fixes.
+    """
+    if installed_key() is not None:
+        from spacy.lang.en.stop_words import STOP_WORDS  # lazy (spaCy)
+
+        return frozenset(STOP_WORDS)
+    pack = _run_pack(ctx)
+    if pack is None:
+        raise _no_tagger(ctx)
+    if pack.stop_words is None:
+        raise ModelError(f"spaCy is not installed and the analyses pack ({ctx.cache_dir / PACK_FILE}) holds no "
+                         "stop-word list (CusText+ keeps spaCy's stop words unchanged): it was packed by an earlier "
+                         "rapt-audit. Rebuild the bundle (`rapt-audit bundle --no-spacy --out DIR -- <the command>`), "
+                         "or install spaCy here")
+    return pack.stop_words

@@ -9,6 +9,10 @@ The claims (RAPT v3 and the papers it compares with), read from the results of a
 * RAPT's reconstruction head helps its utility (``reconstruction=true`` against ``false``);
 * RAPT Pareto-dominates CAPE and DPNR (utility against each attack's empirical privacy).
 
+and one claim of this suite about its own attacks (issue #39 item 3): the contextual Bayesian attack on text
+and token-embedding releases (``bayes_inversion``) is at least as strong as the learned per-token decoder
+(``mlp_inversion``) at every private setting both read, in their common unit (content privacy).
+
 Each comparison is a difference of two estimates of one comparable group (same data, splits, model,
 profile and attacks; never across groups) with a 95 % interval: *paired* where both rows were measured at
 the same seeds and kept per-record outcomes, as every attack's headline and the task accuracy do (the
@@ -40,9 +44,10 @@ from rapt_audit.pipeline.tidy import params_json
 from rapt_audit.reporting.check import unpaired_half_width
 from rapt_audit.reporting.collect import collect
 from rapt_audit.reporting.markdown import markdown_text
-from rapt_audit.reporting.paired_rows import privacy_measures, utility_measures
+from rapt_audit.reporting.paired_rows import attack_metric_measures, privacy_measures, utility_measures
 from rapt_audit.reporting.summary import Group, Row, group_results
 from rapt_audit.scoring.hierarchical import Measure, paired_difference
+from rapt_audit.scoring.worst_case import MEASURE
 
 #: Two defenses count as equally private when the 95 % interval of their difference in empirical
 #: privacy lies inside ± this (an absolute difference of five points of an attack's success rate).
@@ -110,10 +115,17 @@ def difference(a: Row, b: Row, measure: Measured, label: str) -> Difference | No
     diff = ea.value - eb.value
     ma, mb = measure.per_seed(a), measure.per_seed(b)
     if ma is not None and mb is not None and ma and set(ma) == set(mb):
-        found = paired_difference(ma, mb, seed=zlib.crc32(label.encode("utf-8")))
-        return Difference(label, diff, min(found.ci_low, diff), max(found.ci_high, diff), "paired")
+        return paired(label, ma, mb, diff)
     half = unpaired_half_width(ea, eb)
     return Difference(label, diff, diff - half, diff + half, "unpaired")
+
+
+def paired(label: str, a: Mapping[int, Measure], b: Mapping[int, Measure], value: float | None = None) -> Difference:
+    """``a − b`` (seed → measure, the same seeds) with its hierarchical paired 95 % interval (seeded by the label),
+    reported at ``value`` (default: the mean of the per-seed differences); the interval always holds the value."""
+    found = paired_difference(a, b, seed=zlib.crc32(label.encode("utf-8")))
+    value = found.value if value is None else value
+    return Difference(label, value, min(found.ci_low, value), max(found.ci_high, value), "paired")
 
 
 def _utility_estimate(row: Row) -> Estimate | None:
@@ -269,10 +281,31 @@ def pareto_dominates(groups: Sequence[Group], winner: str = "rapt",
     return Verdict(claim, status, f"dominated in {beaten} of {checked} (setting, attack) points", points=tuple(lines))
 
 
+def attack_as_strong(groups: Sequence[Group], strong: str = "bayes_inversion",
+                     weak: str = "mlp_inversion") -> Verdict:
+    """``strong`` at least as strong as ``weak``: its content privacy not higher, by :data:`NON_INFERIORITY_MARGIN`,
+    at every private setting where both ran; paired, since both attacks guess the same victim records.
+
+    Against it: ``strong`` significantly weaker at some setting (the interval of its privacy minus ``weak``'s above
+    zero: "within noise" is the issue's test, so no margin helps it there). No-privacy rows are left out: the
+    claim is about what an attacker recovers from a privatized release."""
+    m = NON_INFERIORITY_MARGIN
+    diffs = []
+    for group in groups:
+        for row in (r for r in group.rows if not r.no_privacy):
+            a, b = attack_metric_measures(row, strong, MEASURE), attack_metric_measures(row, weak, MEASURE)
+            if not a or not b or set(a) != set(b):
+                continue  # one of them did not run here, or kept no per-record parts: nothing to pair
+            diffs.append(paired(f"{row.defense} {row.setting}, {MEASURE}: {strong} − {weak}", a, b))
+    return _judge(f"{strong} at least as strong as {weak} (margin {m:g})", diffs, ok=lambda d: d.high <= m,
+                  against=lambda d: d.low > 0, what=f"privacy under {strong} not higher (interval below +{m:g})")
+
+
 def evaluate(groups: Sequence[Group]) -> list[Verdict]:
     """Every claim of the module docstring, in that order."""
     return [privacy_rises(groups), equally_private(groups), utility_higher(groups, "pct2t", "t2t"),
-            utility_not_lower(groups, "rapt", "pct2t"), reconstruction_helps(groups), pareto_dominates(groups)]
+            utility_not_lower(groups, "rapt", "pct2t"), reconstruction_helps(groups), pareto_dominates(groups),
+            attack_as_strong(groups)]
 
 
 def format_markdown(verdicts: Sequence[Verdict]) -> str:
@@ -312,5 +345,5 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["EQUIVALENCE_MARGIN", "NON_INFERIORITY_MARGIN", "Difference", "Verdict", "add_parser", "cmd_claims",
-           "difference", "evaluate", "format_markdown"]
+__all__ = ["EQUIVALENCE_MARGIN", "NON_INFERIORITY_MARGIN", "Difference", "Verdict", "add_parser", "attack_as_strong",
+           "cmd_claims", "difference", "evaluate", "format_markdown", "paired"]

@@ -7,7 +7,7 @@ claims (:mod:`rapt_audit.reporting.claims`) read rows through these functions.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -24,16 +24,31 @@ def seed_of(run: object) -> int:
     return int(run.result.config.get("seed", 0))  # type: ignore[attr-defined]
 
 
-def utility_measures(row: Row, metric: str) -> dict[int, Measure] | None:
-    """Seed → the row's utility ``metric`` as a measure; None when a run kept no per-record parts."""
+def _measures(row: Row, metric: str, pick: Callable[[object], Estimate | None]) -> dict[int, Measure] | None:
+    """Seed → ``pick(run's result)``, a ``metric`` estimate, as a measure; None when a run has none or kept no
+    per-record parts."""
     out = {}
     for run in row.runs:
-        est = run.result.utility.get(metric)
+        est = pick(run.result)  # type: ignore[attr-defined]
         parts = None if est is None else run_parts(est, metric)
         if parts is None:
             return None
         out[seed_of(run)] = Measure((parts,), bool(declared(metric) and declared(metric).bounded))
     return out
+
+
+def utility_measures(row: Row, metric: str) -> dict[int, Measure] | None:
+    """Seed → the row's utility ``metric`` as a measure; None when a run kept no per-record parts."""
+    return _measures(row, metric, lambda result: result.utility.get(metric))  # type: ignore[attr-defined]
+
+
+def attack_metric_measures(row: Row, attack: str, metric: str) -> dict[int, Measure] | None:
+    """Seed → one of ``attack``'s reported measures (``content_privacy``: the common unit of the inversion
+    attacks, whatever their headline) as a measure; None when some run lacks it or kept no per-record parts."""
+    def pick(result: object) -> Estimate | None:
+        outcome = result.attacks.get(attack)  # type: ignore[attr-defined]
+        return outcome.metrics.get(metric) if isinstance(outcome, AttackResult) else None
+    return _measures(row, metric, pick)
 
 
 def privacy_measures(row: Row, attack: str, headline: str) -> dict[int, Measure] | None:
