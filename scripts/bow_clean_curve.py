@@ -14,41 +14,23 @@ precision, recall and content privacy with their 95 % record-bootstrap intervals
 GLUE's SST-2 train file holds the phrases of each review sentence as well as the sentence, so records disjoint by
 row still share text: a victim-test record is often a phrase of a sentence the attacker trains on. With
 ``--text-disjoint`` every record is assigned to the first whole sentence that contains it (a record no longer
-record contains), and the attacker's parts keep only records of sentences no victim record belongs to, attacker
-valid (its first 500) and train taken sentence-disjoint as well. The script also prints how many victim-test
-records lie word for word inside an attacker-train record.
+record contains; `sst2_overlap.sentence_of`), and the attacker's parts keep only records of sentences no victim
+record belongs to, attacker valid (its first 500) and train taken sentence-disjoint as well. The script also
+prints how many victim-test records lie word for word inside an attacker-train record.
 """
 
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import time
 
 from rapt_audit.api.params import make_plugin
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
-from rapt_audit.api.types import AttackerData, Record
+from rapt_audit.api.types import AttackerData
 from rapt_audit.data import SplitSizes, load_dataset, make_splits
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
-
-
-def sentence_of(records) -> dict[str, int]:
-    """Each text → the index of the first whole sentence (a text inside no longer text) that contains it."""
-    whole: list[str] = []
-    joined, pending = "", []
-    for i, text in enumerate(sorted({r.text for r in records}, key=len, reverse=True)):
-        if i % 2000 == 0:  # keep the string searched in large pieces
-            joined, pending = joined + "".join(pending), []
-        padded = f" {text} "
-        if padded not in joined and not any(padded in p for p in pending):
-            whole.append(text)
-            pending.append(f"\n{padded}")
-    joined = "".join(f"\n {text} " for text in whole)
-    starts = [0]
-    for text in whole[:-1]:
-        starts.append(starts[-1] + len(text) + 3)
-    return {r.text: bisect.bisect_right(starts, joined.find(f" {r.text} ")) - 1 for r in records}
+from sst2_overlap import inside, sentence_of  # scripts/ is on the path when a script runs
 
 
 def attacker_parts(size: int, *, seed: int, text_disjoint: bool):
@@ -70,12 +52,6 @@ def attacker_parts(size: int, *, seed: int, text_disjoint: bool):
     return splits.victim_test, AttackerData(train[:size], valid)
 
 
-def inside(victims: tuple[Record, ...], others: tuple[Record, ...]) -> int:
-    """How many ``victims`` lie word for word inside one of ``others``."""
-    joined = "\n".join(f" {r.text} " for r in others)
-    return sum(f" {v.text} " in joined for v in victims)
-
-
 def measure(size: int, *, seed: int, profile: str, text_disjoint: bool, ctx: RunContext) -> dict:
     """Fit `bow_inversion` on ``size`` attacker-train records of clean vectors and score the victim test."""
     victim_test, attacker = attacker_parts(size, seed=seed, text_disjoint=text_disjoint)
@@ -85,7 +61,7 @@ def measure(size: int, *, seed: int, profile: str, text_disjoint: bool, ctx: Run
     fitted = attack.fit(attacker, defense, ctx=ctx)
     result = fitted.attack(defense.release(victim_test, ctx=ctx), victim_test, ctx=ctx)
     row: dict = {"attacker_train": size, "profile": profile, "text_disjoint": text_disjoint,
-                 "victim_test_inside_attacker_train": inside(victim_test, attacker.train),
+                 "victim_test_inside_attacker_train": int(inside(victim_test, attacker.train).sum()),
                  "seconds": round(time.perf_counter() - started, 1)}
     for name in ("content_f1", "content_prior_f1", "content_precision", "content_recall", "content_privacy"):
         m = result.metrics[name]
