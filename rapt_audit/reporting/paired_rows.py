@@ -54,22 +54,24 @@ def attack_metric_measures(row: Row, attack: str, metric: str) -> dict[int, Meas
 def privacy_measures(row: Row, attack: str, headline: str) -> dict[int, Measure] | None:
     """Seed → the row's privacy under ``attack`` (its headline; the worst case: the minimum of its attacks'
     content privacy, each from its own parts); None when some run's measure cannot be paired."""
+    if attack != WORST_CASE:
+        def headline_of(result: object) -> Estimate | None:
+            outcome = result.attacks.get(attack)  # type: ignore[attr-defined]
+            return outcome.empirical_privacy if isinstance(outcome, AttackResult) else None
+        return _measures(row, headline, headline_of)
     out = {}
     for run in row.runs:
         outcome = run.result.attacks.get(attack)
         if not isinstance(outcome, AttackResult):
             return None
-        if attack == WORST_CASE:
-            over = outcome.details.get("over") or []
-            components = [run.result.attacks.get(name) for name in over]
-            if not over or not all(isinstance(c, AttackResult) and MEASURE in c.metrics for c in components):
-                return None
-            parts = tuple(run_parts(c.metrics[MEASURE], MEASURE) for c in components)  # type: ignore[union-attr]
-        else:
-            parts = (run_parts(outcome.empirical_privacy, headline),)
+        over = outcome.details.get("over") or []
+        components = [run.result.attacks.get(name) for name in over]
+        if not over or not all(isinstance(c, AttackResult) and MEASURE in c.metrics for c in components):
+            return None
+        parts = tuple(run_parts(c.metrics[MEASURE], MEASURE) for c in components)  # type: ignore[union-attr]
         if any(p is None for p in parts):
             return None
-        spec = declared(MEASURE if attack == WORST_CASE else headline)
+        spec = declared(MEASURE)
         out[seed_of(run)] = Measure(parts, bool(spec and spec.bounded))  # type: ignore[arg-type]
     return out
 
