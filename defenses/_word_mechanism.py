@@ -37,7 +37,7 @@ from rapt_audit.mechanisms.calibration import ReplacementCount, check_target
 from rapt_audit.mechanisms.engines import word_engine
 from rapt_audit.mechanisms.exponential import euclidean_distances, sample_rows
 from rapt_audit.mechanisms.noise import check_epsilon, dchi_noise
-from rapt_audit.mechanisms.privatize import DEFAULT_CHUNK, WordEngine, normalize_word
+from rapt_audit.mechanisms.privatize import DEFAULT_CHUNK, WordEngine, join_bidi, normalize_word, split_bidi
 
 #: Words of public text as the frequency ranking counts them (lower-cased and accent-stripped first).
 _PUBLIC_WORD = re.compile(r"\w+|[^\w\s]")
@@ -50,9 +50,10 @@ def rewrite_words(ctx: RunContext, texts: Sequence[str],
                   ) -> tuple[list[str], ReplacementCount]:
     """Each text with its words (spaCy's tokenizer) replaced by ``release(all words)``, whitespace kept."""
     rows = words(ctx, texts)
-    units = [word for row in rows for word, _ in row if not word.isspace()]
-    released, count = release(units)
-    it = iter(released)
+    # Directional formatting characters stay where they were written; only the words between them are released.
+    parts = [split_bidi(word) for row in rows for word, _ in row if not word.isspace()]
+    released, count = release([core for _, core, _ in parts if core])
+    it = iter(join_bidi(parts, released))
     return ["".join((word if word.isspace() else next(it)) + space for word, space in row) for row in rows], count
 
 

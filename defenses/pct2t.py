@@ -17,7 +17,7 @@ from rapt_audit.mechanisms.calibration import ReplacementCount
 from rapt_audit.mechanisms.analyses import pos_tags
 from rapt_audit.mechanisms.engines import word_engine
 from rapt_audit.mechanisms.pos import DEFAULT_CATEGORIES, TaggedWord, category_of, resolve_categories
-from rapt_audit.mechanisms.privatize import normalize_word
+from rapt_audit.mechanisms.privatize import normalize_word, split_bidi
 
 
 @DEFENSES.register("pct2t", tags=("text", "dchi", "pos"))
@@ -55,7 +55,8 @@ class PCT2TDefense(DchiTextDefense):
         for t, sentence in enumerate(tagged):
             for w, word in enumerate(sentence):
                 category = category_of(word.upos)
-                if category in selected:
+                # A unit of directional controls alone is no word: it passes as written (see split_bidi).
+                if category in selected and split_bidi(word.text)[1]:
                     words.append(word.text)
                     groups.append(category)
                     where.append((t, w))

@@ -11,8 +11,11 @@ The examples are drawn with ``derandomize=True``, so CI sees the same ones on ev
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import signal
 import tempfile
 from pathlib import Path
 
@@ -204,3 +207,174 @@ def test_an_output_that_is_an_input_reached_another_way_is_refused(capsys, how, 
         capsys.readouterr()
         message = _refused(_exit_code(argv), capsys, before, root)
         assert "same file" in message, message
+
+
+# ------------------------------------------------ issue 60: deep nesting, huge integers, odd files, impossible values
+
+#: How deep a generated file nests lists or tables (Python's parsers recurse once a level).
+DEEP = st.integers(1_000, 5_000)
+#: Integers too large for a float: 310 to 5,000 digits (past 4,300 Python refuses to turn the text into an int).
+HUGE_INTS = st.builds("{}{}".format, st.integers(1, 9), st.integers(309, 4_999).map(lambda n: "9" * n))
+#: Where a TOML or JSON file is read: a run's config (TOML, JSON), a benchmark file, a result read by each reader.
+FILE_PLACES = st.sampled_from(["config.toml", "config.json", "benchmark", "report", "leaderboard", "claims", "slim",
+                               "check"])
+
+
+def _nested(depth: int, fmt: str, table: bool) -> str:
+    """A value nested ``depth`` deep, as lists or as tables, in TOML or JSON."""
+    if table:
+        key = '{"a": ' if fmt == "json" else "{a = "
+        return key * depth + "1" + "}" * depth
+    return "[" * depth + "]" * depth
+
+
+def _bad_file_argv(root: Path, place: str, value: str) -> tuple[list[str], Path]:
+    """The command that reads a file holding ``value`` where a number or a table may stand, and that file."""
+    if place.startswith("config"):
+        fmt = place.split(".")[1]
+        path = root / place
+        path.write_text(f'{{"defense_args": {{"eta": {value}}}}}' if fmt == "json" else f"[defense_args]\neta = {value}\n",
+                        encoding="utf-8")
+        return ["run", "--defense", "t2t", "--profile", "smoke", "--config", str(path), "--dry-run"], path
+    if place == "benchmark":
+        path = root / "deep.toml"
+        path.write_text(BENCH.replace("eta = [25, 75]", f"eta = [25, {value}]"), encoding="utf-8")
+        return ["benchmark", "run", str(path), "--dry-run", "--out", str(root / "new")], path
+    cell = root / "bad" / "eta=5"
+    cell.mkdir(parents=True)
+    text = fake_result(eta=5.0).to_dict()
+    text["dataset"]["notes"] = {"deep": "PLACEHOLDER"}
+    path = cell / "result.json"
+    path.write_text(json.dumps(text).replace('"PLACEHOLDER"', value), encoding="utf-8")
+    argv = {"report": ["report", str(root / "bad"), "--out", str(root / "r.html")],
+            "leaderboard": ["leaderboard", str(root / "bad"), "--out", str(root / "lb.md")],
+            "claims": ["claims", str(root / "bad")],
+            "slim": ["slim", str(root / "bad")],
+            "check": ["check", str(root / "bad"), "--baseline", str(path)]}[place]
+    return argv, path
+
+
+def _names_the_file(line: str, path: Path) -> None:
+    assert str(path) in line or path.name in line, line
+    assert len(line) < 1_500, f"the message echoes the whole value ({len(line)} characters)"
+
+
+@SETTINGS
+@given(depth=DEEP, table=st.booleans(), place=FILE_PLACES)
+def test_a_file_nested_thousands_deep_is_refused_wherever_it_is_read(capsys, depth, table, place):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _users_folder(root)
+        fmt = "json" if place == "config.json" or place not in ("config.toml", "benchmark") else "toml"
+        argv, path = _bad_file_argv(root, place, _nested(depth, fmt, table))
+        before = snapshot(root)
+        capsys.readouterr()
+        line = _refused(_exit_code(argv), capsys, before, root)
+        _names_the_file(line, path)
+        assert "deep" in line, line
+
+
+@SETTINGS
+@given(digits=HUGE_INTS, sign=st.sampled_from(["", "-"]), place=FILE_PLACES)
+def test_an_integer_too_large_for_a_float_is_refused_wherever_a_file_is_read(capsys, digits, sign, place):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _users_folder(root)
+        argv, path = _bad_file_argv(root, place, sign + digits)
+        if place not in ("config.toml", "config.json", "benchmark"):  # a measure's value, which reports format
+            doc = path.read_text(encoding="utf-8")
+            path.write_text(doc.replace('"value": 0.8', f'"value": {sign}{digits}', 1), encoding="utf-8")
+        before = snapshot(root)
+        capsys.readouterr()
+        line = _refused(_exit_code(argv), capsys, before, root)
+        _names_the_file(line, path)
+        assert "too large" in line, line
+
+
+def odd_file(path: Path, kind: str) -> None:
+    """``path`` made a FIFO, a folder, or a link to a character device (``/dev/null``)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(os.devnull)
+
+
+class _Hung(Exception):
+    pass
+
+
+def _within(seconds: int):
+    """Fail instead of hanging: a FIFO opened for reading waits forever for a writer."""
+    @contextlib.contextmanager
+    def guard():
+        def hung(signum, frame):
+            raise _Hung(f"the command hung for {seconds} s (it opened a FIFO)")
+        previous = signal.signal(signal.SIGALRM, hung)
+        signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+    return guard()
+
+
+@SETTINGS
+@given(kind=st.sampled_from(["fifo", "directory", "device"]),
+       place=st.sampled_from(["config", "benchmark", "report", "leaderboard", "claims"]))
+def test_a_file_that_is_not_a_regular_file_is_refused_without_being_opened(capsys, kind, place):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _users_folder(root)
+        if place in ("config", "benchmark"):
+            path = root / ("config.toml" if place == "config" else "odd.toml")
+            argv = (["run", "--defense", "t2t", "--profile", "smoke", "--config", str(path), "--dry-run"]
+                    if place == "config" else ["benchmark", "run", str(path), "--dry-run", "--out", str(root / "n")])
+        else:
+            (root / "odd" / "eta=5").mkdir(parents=True)
+            path = root / "odd" / "eta=5" / "result.json"
+            argv = {"report": ["report", str(root / "odd"), "--out", str(root / "r.html")],
+                    "leaderboard": ["leaderboard", str(root / "odd"), "--out", str(root / "lb.md")],
+                    "claims": ["claims", str(root / "odd")]}[place]
+        odd_file(path, kind)
+        before = snapshot(root)
+        capsys.readouterr()
+        with _within(10):
+            code = _exit_code(argv)
+        line = _refused(code, capsys, before, root)
+        _names_the_file(line, path)
+        assert "not a regular file" in line, line
+
+
+#: Estimates no measurement can give: a bounded measure outside [0, 1], or an interval that leaves out its value.
+IMPOSSIBLE = st.one_of(
+    st.tuples(st.floats(1.001, 1e300), st.just(-3.0), st.just(1e300)),
+    st.tuples(st.floats(0.0, 0.4), st.floats(0.5, 0.9), st.just(0.95)),
+    st.tuples(st.floats(-1e300, -0.001), st.just(-1e300), st.just(0.5)))
+
+
+@SETTINGS
+@given(estimate=IMPOSSIBLE, field=st.sampled_from(["utility", "attack"]),
+       command=st.sampled_from(["report", "leaderboard", "claims", "check"]))
+def test_a_result_with_impossible_values_is_refused_by_name(capsys, estimate, field, command):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        _users_folder(root)
+        doc = fake_result(eta=5.0).to_dict()
+        target = doc["utility"]["accuracy"] if field == "utility" else doc["attacks"]["whitebox"]["empirical_privacy"]
+        target.update(value=estimate[0], ci_low=estimate[1], ci_high=estimate[2])
+        target.pop("per_record", None)
+        (root / "bad" / "eta=5").mkdir(parents=True)
+        path = root / "bad" / "eta=5" / "result.json"
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        argv = {"report": ["report", str(root / "bad"), "--out", str(root / "r.html")],
+                "leaderboard": ["leaderboard", str(root / "bad"), "--out", str(root / "lb.md")],
+                "claims": ["claims", str(root / "bad")],
+                "check": ["check", str(root / "bad"), "--baseline", str(path)]}[command]
+        before = snapshot(root)
+        capsys.readouterr()
+        line = _refused(_exit_code(argv), capsys, before, root)
+        _names_the_file(line, path)
+        assert ("utility.accuracy" if field == "utility" else "attacks.whitebox.empirical_privacy") in line, line

@@ -44,11 +44,12 @@ def test_auto_follows_the_cpu_and_an_explicit_choice_wins(monkeypatch, native, e
 def test_auto_keeps_every_existing_cell_id_and_an_explicit_precision_is_another_cell():
     config = RunConfig(defense="t2t", defense_args={"eta": 75})
     data = {k: v for k, v in config.to_dict().items()
-            if k not in {"out", "force", "device", "data_dir", "release_cache", "precision"}}
+            if k not in {"out", "force", "device", "data_dir", "release_cache", "precision", "attack_timeout"}}
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:12]
-    assert config.cell_id() == before  # the id a result written before the setting existed carries
+    assert config.spelling_id() == before  # the id a result written before the setting existed carries
+    assert config.matches(data)  # and that result is still this run
     ids = {RunConfig(defense="t2t", defense_args={"eta": 75}, precision=p).cell_id() for p in ("fp32", "bf16")}
-    assert len(ids) == 2 and before not in ids
+    assert len(ids) == 2 and config.cell_id() not in ids
     with pytest.raises(UsageError, match="precision='half' is not one of auto, fp32, bf16"):
         RunConfig(precision="half")
 

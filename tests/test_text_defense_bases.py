@@ -96,9 +96,10 @@ def test_a_registry_name_is_written_once():
 
 
 def test_the_cell_id_of_a_builtin_run_is_unchanged():
-    """Ids of results written before the bases were split stay valid (a committed reference result)."""
+    """Results written before the bases were split stay valid (a committed reference result): still this run, and
+    its folder label (the id as it was spelled before settings were canonical, issue #60) the same."""
     path = next(p for p in sorted(ROOT.glob("reports/**/result.json"))
                 if json.loads(p.read_text(encoding="utf-8"))["config"]["defense"] in {"t2t", "pct2t", "rapt"})
     doc = json.loads(path.read_text(encoding="utf-8"))
     config = RunConfig(**{k: v for k, v in doc["config"].items() if k in RunConfig.__dataclass_fields__})
-    assert config.cell_id() == doc["cell_id"]
+    assert config.spelling_id() == doc["cell_id"] and config.matches(doc["config"])

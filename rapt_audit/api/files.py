@@ -1,16 +1,12 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+"""File helpers of the core: the atomic writers (:mod:`rapt_audit.api.atomic`, re-exported here), JSON and
+gzip'd cache entries, stable hashes, and the digests of the code that can change a number.
 
-Every file rapt-audit writes for later reading (results, sweep indexes, baselines, reports, the
-leaderboard, on-disk caches) goes through :func:`write_atomic`: the content is written to a
-temporary file in the target's folder, flushed to disk, then renamed over the target with
-``os.replace`` (atomic on POSIX and Windows when both lie on one file system). A process killed
-mid-write leaves at most a ``.NAME.*.tmp`` file beside the target, which no reader opens and the
-next run that owns the folder removes (:func:`remove_stray_temps`).
+Every file rapt-audit writes for later reading goes through :func:`write_atomic` or :class:`AtomicWrites`; a
+cache entry that cannot be written is a warning, never an error (:func:`write_cache_atomic`).
 """
 
 from __future__ import annotations
 
-import errno
 import functools
 import gzip
 import hashlib
@@ -20,137 +16,13 @@ import os
 import re
 import secrets
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from rapt_audit.api.errors import ResultError, UsageError
-from rapt_audit.api.outputs import file_target
-
-#: errno values that mean the disk (or the user's quota) is full.
-_NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
-
-
-class DiskFullError(ResultError, OSError):
-    """A write failed because the disk or the quota is full; the file written to is unchanged.
-
-    It is an :class:`OSError` too (``errno`` is kept), so callers that treat an unwritable cache as
-    a warning (:func:`write_cache_atomic`) still do.
-    """
-
-    def __init__(self, path: Path, code: int, *, existed: bool) -> None:
-        super().__init__(code, os.strerror(code), str(path))
-        before = f"the previous {path.name} is intact" if existed else f"no {path.name} was written"
-        self.message = f"no space left on device while writing {path}; {before}; free space and rerun"
-
-    def __str__(self) -> str:
-        return self.message
-
-
-class UnwritableError(ResultError, OSError):
-    """A write failed for another reason than a full disk (no permission, a read-only disk, a path
-    through a file); the file written to is unchanged. An :class:`OSError` too (``errno`` kept)."""
-
-    def __init__(self, path: Path, error: OSError, *, existed: bool) -> None:
-        super().__init__(error.errno, error.strerror or str(error), str(path))
-        before = f"the previous {path.name} is intact" if existed else f"no {path.name} was written"
-        self.message = (f"cannot write {path}: {error.strerror or error}; {before}; choose another path or fix "
-                        "its folder")
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _temp_prefix(name: str) -> str:
-    return f".{name}."
-
-
-def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> None:
-    """Call ``write(handle)`` on a binary temporary file next to ``path``, then move it into place.
-
-    The folder is created when missing. The file and then its folder are synced to disk, so a
-    crash or power cut right after the rename cannot leave an empty ``path``. On any error (and on
-    ``KeyboardInterrupt`` or a SIGTERM turned into one) the temporary file is removed and ``path``
-    is left as it was.
-
-    Args:
-        path: The file to (re)place.
-        write: Writes the whole content to the open binary handle it is given.
-
-    The output rule (:mod:`rapt_audit.api.outputs`) holds here too: a symbolic link is kept and its
-    target replaced; an existing FIFO is written into (there is nothing to rename over); a folder,
-    device, socket or loop of links is never renamed over.
-
-    Raises:
-        DiskFullError: when the disk or quota is full (``path`` unchanged; the message says so).
-        UnwritableError: when ``path`` or its folder cannot be written (permissions, a read-only disk).
-        UsageError: when ``path`` is a folder, a device, a socket or a loop of links (left as it is).
-    """
-    path, stream = file_target(path, name="output")
-    if stream:  # a FIFO: its reader gets the content as it is written
-        try:
-            with open(path, "wb") as handle:
-                write(handle)
-        except OSError as exc:
-            raise UnwritableError(path, exc, existed=True) from None
-        return
-    existed = path.exists()
-    tmp: str | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates 0600 files; results and reports are meant to be shared (umask decides, as for open()).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        tmp = None
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        if isinstance(exc, (DiskFullError, UnwritableError)):
-            raise
-        if exc.errno in _NO_SPACE:
-            raise DiskFullError(path, exc.errno, existed=existed) from exc
-        raise UnwritableError(path, exc, existed=existed) from exc
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Sync ``folder``'s entries, so the rename survives a power cut (POSIX; a no-op where unsupported)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # Windows cannot open a folder; its rename is durable on its own
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems (and Windows) refuse to sync a folder; the file itself is synced
-        pass
-    finally:
-        os.close(fd)
-
-
-def remove_stray_temps(folder: str | os.PathLike[str], name: str) -> list[Path]:
-    """Remove the temporary files that :func:`write_atomic` left for ``folder/name`` in a killed process.
-
-    Call it only while holding the folder's lock (:func:`rapt_audit.api.locks.hold_out_dir`):
-    without the lock another process may be writing one of them right now.
-
-    Returns:
-        The files removed.
-    """
-    removed = []
-    for stray in Path(folder).glob(f"{_temp_prefix(name)}*.tmp"):
-        stray.unlink(missing_ok=True)
-        removed.append(stray)
-    return removed
+from rapt_audit.api.atomic import AtomicWrites, DiskFullError, UnwritableError, remove_stray_temps, write_atomic
+from rapt_audit.api.errors import UsageError
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
@@ -291,3 +163,10 @@ def package_code_digest() -> str:
         if spec is not None and spec.submodule_search_locations:
             folders.append((str(Path(list(spec.submodule_search_locations)[0]).resolve()), False))
     return _source_digest(tuple(folders))
+
+
+#: The atomic writers live in :mod:`rapt_audit.api.atomic`; callers import them from here with the rest.
+__all__ = ["AtomicWrites", "DiskFullError", "UnwritableError", "json_text", "package_code_digest",
+           "read_cache_json_gz", "remove_stray_temps", "source_digest", "stable_hash", "write_atomic",
+           "write_bytes_atomic", "write_cache_atomic", "write_cache_json_gz", "write_json_atomic",
+           "write_text_atomic"]

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rapt_audit.api.errors import ResultError
+from rapt_audit.api.outputs import make_dir, unwritable
 
 try:
     import fcntl
@@ -58,6 +59,7 @@ def hold_out_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
 
     Raises:
         ResultError: when another process holds ``out``; the message names it and what to do.
+        UsageError: when ``out`` cannot be created or written (:func:`rapt_audit.api.outputs.unwritable`).
     """
     out = Path(out)
     key = out.resolve()
@@ -88,11 +90,13 @@ def hold_out_dir(out: str | os.PathLike[str]) -> Iterator[Path]:
 def _acquire(out: Path, lock: Path) -> int:
     """Open and lock ``lock``, record this process in it and return its descriptor."""
     while True:
-        out.mkdir(parents=True, exist_ok=True)
+        make_dir(out)  # a read-only disk or folder, no permission: one line naming it
         try:
             fd = _open_locked(lock)
         except FileNotFoundError:  # ``out`` was removed by a holder that just let go: try again
             continue
+        except OSError as exc:  # the folder exists but takes no new file
+            raise unwritable(out, exc) from None
         if fd is None:
             raise ResultError(_in_use_message(out, lock))
         if fcntl is None:

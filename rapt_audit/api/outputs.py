@@ -26,7 +26,6 @@ Every refusal is a :class:`~rapt_audit.api.errors.UsageError` (exit 2, one line)
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any, Union
 
 from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.parsing import read_document
 
 #: How a command names standard input or output on its command line.
 STDIO = "-"
@@ -208,12 +208,29 @@ def check_out_folder(folder: str | os.PathLike[str], *, name: str = "--out", ind
                      "new or empty folder, so that none of these is overwritten")
 
 
-def _holds_schema(path: Path, key: str, schema: str | None) -> bool:
+def unwritable(folder: str | os.PathLike[str], exc: OSError) -> UsageError:
+    """The one-line error for a folder that cannot be created or written: the folder, the system's reason, the fix."""
+    return UsageError(f"cannot write to {folder} ({exc.strerror or exc}); choose an --out folder you can write to, "
+                      f"or make {folder} writable")
+
+
+def make_dir(folder: str | os.PathLike[str]) -> Path:
+    """Create ``folder`` and its parents when missing (a read-only disk, no permission: :func:`unwritable`).
+
+    Raises:
+        UsageError: naming the folder, the system's reason and the fix.
+    """
     try:
-        if not path.is_file():
-            return False
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise unwritable(folder, exc) from None
+    return Path(folder)
+
+
+def _holds_schema(path: Path, key: str, schema: str | None) -> bool:
+    try:  # the one reader: a FIFO is never opened, a deep or huge document is refused, not recursed into
+        doc = read_document(path, source=str(path), fmt="json")[1]
+    except UsageError:
         return False
     return isinstance(doc, dict) and (schema is None or doc.get(key) == schema)
 
@@ -280,5 +297,5 @@ def standard_input_bytes() -> Any:
     return sys.stdin.buffer
 
 
-__all__ = ["STDIO", "check_out_folder", "check_outputs", "file_target", "folder_exists", "standard_input_bytes",
+__all__ = ["STDIO", "check_out_folder", "check_outputs", "file_target", "folder_exists", "make_dir", "unwritable", "standard_input_bytes",
            "standard_output", "stream_error"]

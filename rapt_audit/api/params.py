@@ -238,6 +238,27 @@ def make_plugin(registry: Registry[type], name: str, args: Mapping[str, Any] | N
         raise UsageError(f"{registry.kind} {name!r}: {exc}") from exc
 
 
+def canonical_params(registry: Registry[type], name: str, args: Mapping[str, Any], *,
+                     profile: str) -> dict[str, Any] | None:
+    """The parameters plugin ``name`` really runs with for ``args`` at ``profile``, or ``None`` where it does not build.
+
+    Each value by value and declared type (``100``, ``1e2`` and ``"100.0"`` are one ``eta``), every default filled in,
+    the profile's overrides under the explicit ``args`` as a run applies them: what makes two spellings one setting
+    (a run's ``cell_id``, a benchmark grid's repeated values). ``None`` for an unknown plugin or a value it refuses:
+    the run reports those itself, with its own message.
+    """
+    try:
+        return get_params(make_plugin(registry, name, plugin_args(registry.get(name), profile, dict(args))))
+    except (UsageError, TypeError, ValueError):
+        return None
+
+
+def plugin_args(cls: type, profile: str, explicit: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments a plugin class is built with at ``profile``: its declared profile overrides
+    (``profiles = {"smoke": {...}}``), then the user's explicit arguments."""
+    return {**dict(getattr(cls, "profiles", {}).get(profile, {})), **explicit}
+
+
 def parameter_table(cls: type) -> list[tuple[str, str, str, str]]:
     """Each parameter of a plugin class as text: ``(name, type, default, rules)``, for ``rapt-audit ls --params``.
 

@@ -17,6 +17,11 @@ and version) without importing a third-party plugin's module, so ``rapt-audit ls
 heavy plugin nor warns about a broken one; ``ls --params`` and every run import them (:func:`load`).
 The built-in plugins are always imported (:func:`load_builtins`): their modules import nothing heavy.
 
+Nothing is imported that a command does not select (:func:`load_for`): a run of built-in plugins named
+one by one imports no third-party module; ``all``, ``tag:x`` and removals import every plugin of the kind
+(their tags and defaults live in the classes). A plugin that does not finish importing within
+``RAPT_AUDIT_PLUGIN_TIMEOUT`` seconds (default 30) is left out like a broken one, naming it.
+
 One broken third-party plugin never breaks the others: an entry point that fails to import, or whose
 object is not a plugin (not a dataclass, no ``exposes`` / ``requires``, a method missing), is left
 out with a :class:`PluginWarning` naming it and its error, and asked for by name it says why it is
@@ -28,12 +33,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
+import threading
 import warnings
 from importlib.metadata import entry_points
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from rapt_audit.api.errors import UsageError
+from rapt_audit.api.parsing import parse_float
 from rapt_audit.api.params import plugin_fields, undecorated_parameters
 from rapt_audit.api.registry import Registry
 from rapt_audit.api.threat import declared_threat_model, threat_model_problem
@@ -61,6 +69,8 @@ _loaded = False
 _registered: dict[tuple[str, str], str] = {}
 #: Distribution name → version of every third-party plugin registered.
 _distributions: dict[str, str] = {}
+#: Seconds a third-party plugin's import may take before it is left out (``RAPT_AUDIT_PLUGIN_TIMEOUT``).
+PLUGIN_TIMEOUT_ENV, DEFAULT_PLUGIN_TIMEOUT = "RAPT_AUDIT_PLUGIN_TIMEOUT", 30.0
 
 
 class PluginWarning(UserWarning):
@@ -114,35 +124,119 @@ def load() -> None:
     """Import the built-in plugin packages and every installed entry point (idempotent).
 
     Raises:
-        UsageError: when an entry point is named like a plugin already registered (naming both).
+        UsageError: when an entry point is named like a plugin already registered (naming both), or
+            ``RAPT_AUDIT_PLUGIN_TIMEOUT`` is not a positive number of seconds.
     """
     global _loaded
     if _loaded:
         return
     load_builtins()
-    for group, registry in _GROUPS.items():
-        for ep in entry_points(group=group):
-            if _registered.get((group, ep.name)) == ep.value and ep.name in registry:
-                continue  # registered by an earlier load()
-            if ep.name in registry:
-                raise UsageError(_clash(ep, registry))
-            try:
-                obj = ep.load()
-            except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must not break the others
-                _leave_out(ep, registry, f"failed to load: {type(exc).__name__}: {exc}")
-                continue
-            problem = plugin_problem(registry.kind, obj)
-            if problem:
-                _leave_out(ep, registry, f"is not a rapt-audit {registry.kind}: {problem}")
-                continue
-            dist, version = _distribution(ep)
-            tags = getattr(obj, "tags", ())
-            registry.add(ep.name, obj, tags=(tags,) if isinstance(tags, str) else tuple(tags),
-                         default=bool(getattr(obj, "default", True)), origin=f"{dist} {version}" if dist else "")
-            _registered[(group, ep.name)] = ep.value
-            if dist:
-                _distributions[dist] = version
+    for group in _GROUPS:
+        _load_group(group)
     _loaded = True
+
+
+def load_for(kind: str, spec: str) -> None:
+    """Import the third-party ``kind`` plugins (``"defense"`` / ``"attack"``) that the selection ``spec`` may
+    select, and no others: none when it names built-ins only, those it names otherwise, and every one of the
+    kind when it has ``all``, a ``tag:`` or a removal (tags and defaults are known only once imported).
+
+    Raises:
+        UsageError: as :func:`load`.
+    """
+    load_builtins()
+    group, registry = next((g, r) for g, r in _GROUPS.items() if r.kind == kind)
+    terms = [t.strip() for t in spec.split(",") if t.strip()]
+    if any(t == "all" or t.startswith(("tag:", "-")) for t in terms):
+        _load_group(group)
+    else:
+        _load_group(group, only={t for t in terms if t not in registry})
+
+
+def load_named(defense: str, attacks: Iterable[str]) -> None:
+    """Import the plugins a run or a result names (its defense and its attacks), and no other third-party
+    one: what reading one result needs to know of its metrics (:func:`load_for` of each kind)."""
+    load_for("defense", defense)
+    load_for("attack", ",".join(a for a in attacks if a != WORST_CASE))
+
+
+def _load_group(group: str, only: set[str] | None = None) -> None:
+    """Register the entry points of ``group`` not handled yet (``only``: just those named so)."""
+    registry, timeout = _GROUPS[group], _plugin_timeout()  # a bad setting is the user's error, not a plugin's
+    for ep in entry_points(group=group):
+        if ep.name in registry.broken or (_registered.get((group, ep.name)) == ep.value and ep.name in registry):
+            continue  # registered (or left out) by an earlier call
+        if ep.name in registry:
+            raise UsageError(_clash(ep, registry))  # a clash is told from metadata, nothing imported
+        if only is not None and ep.name not in only:
+            continue
+        try:
+            obj = _import(ep, timeout)
+        except TimeoutError as exc:
+            _leave_out(ep, registry, str(exc))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a broken third-party plugin must not break the others
+            _leave_out(ep, registry, f"failed to load: {type(exc).__name__}: {exc}")
+            continue
+        problem = plugin_problem(registry.kind, obj)
+        if problem:
+            _leave_out(ep, registry, f"is not a rapt-audit {registry.kind}: {problem}")
+            continue
+        dist, version = _distribution(ep)
+        tags = getattr(obj, "tags", ())
+        registry.add(ep.name, obj, tags=(tags,) if isinstance(tags, str) else tuple(tags),
+                     default=bool(getattr(obj, "default", True)), origin=f"{dist} {version}" if dist else "")
+        _registered[(group, ep.name)] = ep.value
+        if dist:
+            _distributions[dist] = version
+
+
+def _plugin_timeout() -> float:
+    """``RAPT_AUDIT_PLUGIN_TIMEOUT`` in seconds (default 30).
+
+    Raises:
+        UsageError: when it is not a positive number.
+    """
+    text = os.environ.get(PLUGIN_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_PLUGIN_TIMEOUT
+    value = parse_float(text, key=PLUGIN_TIMEOUT_ENV)
+    if not value > 0:
+        raise UsageError(f"{PLUGIN_TIMEOUT_ENV}={text!r} must be a positive number of seconds (default "
+                         f"{DEFAULT_PLUGIN_TIMEOUT:g}; inf waits for ever)")
+    return value
+
+
+def _import(ep: Any, timeout: float) -> Any:
+    """``ep.load()``, waiting at most ``timeout`` seconds for it.
+
+    Python cannot cancel an import, so the import runs in a daemon thread and, past the limit, is abandoned
+    rather than stopped: it may finish in the background (its object is then never registered: only this
+    function registers) and ends with the process. The one honest promise is that no command waits on it.
+
+    Raises:
+        TimeoutError: past the limit, with the message the warning gives; else what the import raised.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["obj"] = ep.load()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, which judges it
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"rapt-audit import {ep.name}", daemon=True)
+    thread.start()
+    thread.join(None if timeout == float("inf") else timeout)
+    if thread.is_alive():
+        dist, _ = _distribution(ep)
+        raise TimeoutError(
+            f"did not finish importing in {timeout:g} s (its import goes on in the background and cannot be "
+            f"stopped); set {PLUGIN_TIMEOUT_ENV}=SECONDS to wait longer, or uninstall "
+            f"{dist or 'the package that declares it'} if it hangs")
+    if "error" in box:
+        raise box["error"]
+    return box["obj"]
 
 
 def plugin_problem(kind: str, obj: Any) -> str | None:
@@ -231,5 +325,5 @@ def _clash(ep: Any, registry: Registry[type]) -> str:
             + (f" in {dist}'s pyproject.toml" if dist else "") + " so that both can be used")
 
 
-__all__ = ["ATTACKS", "DEFENSES", "WORST_CASE", "Installed", "PluginWarning", "installed", "load", "load_builtins",
+__all__ = ["ATTACKS", "DEFENSES", "WORST_CASE", "Installed", "PluginWarning", "installed", "load", "load_builtins", "load_for",
            "origins", "plugin_distributions", "plugin_problem"]

@@ -31,7 +31,6 @@ cells: a benchmark file alone holds no fingerprint or code digest.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any, Sequence
 
 from rapt_audit.api.errors import DataError, ResultError, UsageError
 from rapt_audit.api.params import plugin_fields
+from rapt_audit.api.parsing import read_document
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.plan import BenchCell, plan_cells
@@ -135,10 +135,10 @@ def sweep_failures(folder: Path) -> dict[str, str]:
     readable one: the file is the contributor's run's record, not needed to check a cell). A failed cell holds no
     result, so it is refused as unfinished: this names the error its run stopped with instead."""
     try:
-        rows = json.loads((folder / SWEEP_INDEX).read_text(encoding="utf-8"))["cells"]
+        rows = read_document(folder / SWEEP_INDEX, source=str(folder / SWEEP_INDEX), fmt="json")[1]["cells"]
         return {str(r["name"]): f"its run failed ({r.get('error') or 'sweep.json records no error'})" for r in rows
                 if r.get("status") == "failed"}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (UsageError, KeyError, TypeError, AttributeError):
         return {}
 
 
@@ -273,7 +273,7 @@ def refusals(published: Published, cell: dict[str, Any], result: RunResult | Non
         found.append(origin)
     if expected is None:
         found.append(f"dataset: the published benchmark runs no {cell['defense']} cell on {cell['dataset']}; drop it")
-    elif expected.cell.config.cell_id() != cell["cell_id"]:
+    elif not expected.cell.config.recorded_as(cell["cell_id"]):
         changed = _config_changes(result.config, expected.cell.config.to_dict())
         found.append(f"configuration: {changed or 'its recorded cell_id'} differs from the cell the published file "
                      "makes for this setting; run it from the published benchmark file, not an edited copy")

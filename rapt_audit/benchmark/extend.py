@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -169,21 +170,43 @@ def select(cells: Sequence[BenchCell], selectors: Sequence[str]) -> list[BenchCe
 def copy_published(ext: Extended, out: Path) -> int:
     """Copy each finished published cell's folder into ``out`` where it is not there yet; return how many.
 
-    Copies, not links: a later run or edit in ``out`` can never reach the published folder.
+    Copies, not links: a later run or edit in ``out`` can never reach the published folder. A symbolic link
+    (or a pipe) in it is skipped with a warning naming it, wherever it points: rapt-audit writes none, a link
+    out of the folder would carry files from elsewhere into a contribution, and one inside would tie ``out``
+    back to the published folder (or, followed, add a file no index lists).
     """
     copied = 0
     for cell in ext.published.joined.index["cells"]:
         source, target = ext.published.folder / cell["name"], out / cell["name"]
         if cell["name"] in ext.published.joined.cells and not target.exists():
-            shutil.copytree(source, target, symlinks=True)
+            if _foreign(source):
+                continue
+            shutil.copytree(source, target, ignore=_skip_foreign)
             copied += 1
     return copied
 
 
+def _foreign(path: Path) -> bool:
+    """Whether ``path`` is not ours to copy (a link, or neither a file nor a folder); warns naming it."""
+    if path.is_symlink():
+        warnings.warn(f"not copied: {path} is a symbolic link (to {path.readlink()}); a published folder holds "
+                      "only the files a run wrote", stacklevel=3)
+        return True
+    if not (path.is_file() or path.is_dir()):
+        warnings.warn(f"not copied: {path} is not a regular file or folder", stacklevel=3)
+        return True
+    return False
+
+
+def _skip_foreign(folder: str, names: list[str]) -> list[str]:
+    """``shutil.copytree``'s ``ignore``: the entries of ``folder`` that :func:`_foreign` refuses."""
+    return [name for name in names if _foreign(Path(folder) / name)]
+
+
 def summary(ext: Extended, cells: Sequence[BenchCell]) -> dict[str, Any]:
     """How many published cells the extended benchmark reuses and how many cells the additions make."""
-    ids = ext.published.cell_ids
-    return {"published": sum(1 for c in cells if c.cell.config.cell_id() in ids),
+    ids = ext.published.cell_ids.keys()  # recorded canonically, or as spelled by an index written before issue #60
+    return {"published": sum(1 for c in cells if {c.cell.config.cell_id(), c.cell.config.spelling_id()} & ids),
             "added": sum(1 for c in cells if ext.is_added(c))}
 
 

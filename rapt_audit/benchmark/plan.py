@@ -103,7 +103,10 @@ def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
         config = build_config(cli=cli, sets=sets)
         varying = defense.varying(point)
         assignments = (("defense", defense.name), *varying, ("seed", str(seed)), ("dataset", dataset))
-        name = f"{cell_name(assignments)}-{config.cell_id()[:6]}"
+        # Labelled by the settings as the file spells them, not by the canonical cell_id: the folders of every
+        # published benchmark were named so and are found again as they are (a benchmark's values are already one
+        # spelling each, set_text, and its grids refuse a setting twice, so the label is one per setting).
+        name = f"{cell_name(assignments)}-{config.spelling_id()[:6]}"
         cell = Cell(assignments, name, replace(config, out=str(out / name)))
         cells.append(BenchCell(cell, defense.name, point, varying, seed, dataset, attacks))
     return cells
@@ -151,7 +154,7 @@ def finished(cell: BenchCell) -> RunResult | None:
         result = read_result(path)
     except ResultError:
         return None
-    return result if result.cell_id == cell.cell.config.cell_id() and not result.failed else None
+    return result if cell.cell.config.matches(result.config) and not result.failed else None
 
 
 def profile_costs(profile: str) -> dict[str, float]:

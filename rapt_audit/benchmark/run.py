@@ -12,7 +12,6 @@ file goes beside it (``benchmark.toml``), so the folder says how to run it again
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +21,7 @@ from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic, write_text_atomic
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.outputs import check_out_folder, folder_exists
+from rapt_audit.api.parsing import DocumentError, FloatRangeError, read_document
 from rapt_audit.benchmark.plan import BenchCell, estimate_costs
 from rapt_audit.benchmark.spec import Benchmark, set_text, shipped_dir
 from rapt_audit.pipeline.results import RunResult
@@ -77,9 +77,11 @@ def read_index(out: str | Path) -> dict[str, Any]:
         raise ResultError(f"{out} holds no {INDEX_FILE}: it is not the output of rapt-audit benchmark run "
                           "(run one with: rapt-audit benchmark run NAME --out DIR)")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ResultError(f"{path} cannot be read: {exc}; run the benchmark again to rewrite it") from None
+        doc = read_document(path, source=str(path), fmt="json")[1]
+    except DocumentError as exc:  # not a regular file, not JSON, nested too deep
+        raise ResultError(f"{exc}; run the benchmark again to rewrite it") from None
+    except FloatRangeError as exc:  # a number too large for a float, at its line
+        raise ResultError(f"{path}: {exc}; run the benchmark again to rewrite it") from None
     if not isinstance(doc, dict) or doc.get("schema") != INDEX_SCHEMA or not isinstance(doc.get("cells"), list):
         raise ResultError(f"{path} is not a benchmark index of schema {INDEX_SCHEMA!r}; run the benchmark again "
                           "with this rapt-audit to rewrite it")

@@ -45,11 +45,9 @@ from typing import Any, Iterable, Mapping, Sequence
 from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.parsing import (
     MAX_SEED,
+    DocumentError,
     FloatRangeError,
-    TextDecodeError,
-    TOMLDecodeError,
-    decode_text,
-    loads_toml,
+    read_document,
     repeated,
 )
 from rapt_audit.api.registry import unknown_name_message
@@ -96,8 +94,9 @@ def family_of(tags: Iterable[str]) -> str:
 def set_text(value: Any) -> str:
     """A TOML value as the text of a ``--set`` pair: ``100`` and ``100.0`` both ``100``, ``inf``, ``a,b``.
 
-    One spelling per value, so the same setting written two ways is one cell (its ``cell_id`` hashes
-    the text), and a benchmark cell is the very run ``rapt-audit run --set KEY=TEXT`` makes.
+    One spelling per value, so a cell's folder label (``RunConfig.spelling_id``, which hashes the text) is one per
+    setting; its ``cell_id`` is canonical anyway. A benchmark cell is the very run ``rapt-audit run --set KEY=TEXT``
+    makes.
     """
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -215,7 +214,7 @@ def resolve(source: str | Path) -> Path:
     text = str(source)
     path = Path(text).expanduser()
     if path.suffix == ".toml" or path.is_file() or "/" in text or "\\" in text:
-        if not path.is_file():
+        if not path.exists():  # a FIFO or a folder there: refused by the reader, without being opened
             raise UsageError(f"benchmark file {path} does not exist; give a .toml file or the name of a shipped "
                              f"benchmark ({', '.join(shipped())})")
         return path
@@ -235,22 +234,13 @@ def read_toml(path: Path) -> tuple[str, dict[str, Any]]:
         BenchmarkError: for a file that is not UTF-8 (at the line and column of the first bad byte), not
             TOML (at the line the parser names), or that writes a float too large for one (``1e309``).
     """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise BenchmarkError(path, 1, f"cannot be read: {exc.strerror or exc}") from None
-    try:
-        text = decode_text(data, source=str(path))
-    except TextDecodeError as exc:
-        raise BenchmarkError(path, exc.line, f"column {exc.column}: {exc.detail}") from None
-    try:
-        return text, loads_toml(text)
+    try:  # the one reader: a regular file, UTF-8, TOML, not nested too deep
+        return read_document(path, source=str(path), fmt="toml")
     except FloatRangeError as exc:
         raise BenchmarkError(path, exc.line, str(exc).split(": ", 1)[1]) from None
-    except TOMLDecodeError as exc:
-        found = re.search(r"line (\d+)", str(exc))
-        raise BenchmarkError(path, int(found.group(1)) if found else 1,
-                             f"not valid TOML: {exc}; fix the syntax there") from None
+    except DocumentError as exc:  # not UTF-8 (at its column), not TOML (at its line), not a regular file
+        column = f"column {exc.column}: " if exc.column else ""
+        raise BenchmarkError(path, exc.line or 1, column + exc.detail) from None
 
 
 def check_top(path: Path, text: str, data: Mapping[str, Any]) -> None:

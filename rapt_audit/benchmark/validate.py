@@ -9,12 +9,13 @@ at the key that brought it. Each dataset is loaded once (a missing data folder o
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
-from rapt_audit.api.params import make_plugin, plugin_fields
+from rapt_audit.api.params import canonical_params, make_plugin, plugin_args, plugin_fields
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.registry import unknown_name_message
 from rapt_audit.benchmark.locate import find_line
@@ -34,10 +35,11 @@ from rapt_audit.benchmark.spec import (
     scalar_table,
     set_text,
 )
-from rapt_audit.data import load_dataset
+from rapt_audit.data import SplitSizeError, SplitSizes, load_dataset, make_splits
 from rapt_audit.pipeline.cell_limit import check_cell_count
+from rapt_audit.pipeline.config import profile_split_sizes
 from rapt_audit.pipeline.context import PROFILES
-from rapt_audit.pipeline.runner import plugin_args
+
 
 #: The parameter that marks a defense whose service customizes the encoder: ``[service]`` applies to it.
 SERVICE_MARKER = "method"
@@ -155,7 +157,7 @@ def _with_defenses(bench: Benchmark, table: Any, service: Mapping[str, Any], max
             if isinstance(value, dict):
                 raise bench.error(("defenses", name, key), f"{key} is a table; write a value or a list of values")
             if isinstance(value, list):
-                texts = [set_text(v) for v in value]
+                texts = [_grid_value(bench.profile, name, key, v) for v in value]
                 if not value or len(set(texts)) < len(texts):
                     raise bench.error(("defenses", name, key), f"the grid of {key} is empty or lists a value twice")
                 grid.append((key, tuple(value)))
@@ -178,6 +180,14 @@ def _with_defenses(bench: Benchmark, table: Any, service: Mapping[str, Any], max
                           f"encoder (those with a {SERVICE_MARKER!r} parameter: {', '.join(served) or 'none'}); "
                           "remove it or check its spelling (rapt-audit ls defenses --params)")
     return bench
+
+
+def _grid_value(profile: str, defense: str, key: str, value: Any) -> str:
+    """A grid value as the run uses it, by value and declared type (``100``, ``1e2`` and ``"100.0"`` are one η):
+    the canonical form a cell id hashes (:func:`~rapt_audit.api.params.canonical_params`), so a grid that lists one
+    setting twice is refused. A value the defense refuses alone keeps its text: its grid point reports it."""
+    params = canonical_params(DEFENSES, defense, {key: set_text(value)}, profile=profile)
+    return json.dumps(params[key]) if params is not None and key in params else set_text(value)
 
 
 def _build_points(bench: Benchmark, defense: DefenseGrid) -> None:
@@ -224,6 +234,12 @@ def _check_data(bench: Benchmark, data_dir: str | None, problems: list[str] | No
             if "attribute" in families and not loaded.attribute_values:
                 raise DataError(f"dataset {dataset} carries no private attributes for the attribute attacks; name one "
                                 "that does (trustpilot, blogs, synthetic)")
+            # The parts cut as a cell will cut them, so that [splits] larger than the dataset is told here, at
+            # its line, not by every cell of the run (issue #60).
+            sizes = profile_split_sizes(bench.profile, len(loaded.records), dict(bench.splits))
+            make_splits(loaded, SplitSizes(**sizes), seed=0)
+        except SplitSizeError as exc:
+            _report(bench.error(("splits", exc.key), str(exc)), problems)
         except (DataError, UnknownNameError) as exc:
             fix = ("point --data-dir (or RAPT_AUDIT_DATA) at the folder that holds it" if isinstance(exc, DataError)
                    else "check the name (rapt-audit ls datasets)")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from rapt_audit.api.errors import ModelError
+from rapt_audit.api.params import plugin_args
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.api.types import pair_text
 from rapt_audit.bundle.pieces import Member, PUBLIC
@@ -28,7 +29,7 @@ from rapt_audit.mechanisms.engines import lexicon_file, pos_groups
 from rapt_audit.mechanisms.pos import load_tagger, ptb_tags, spacy_entity_spans, spacy_version_key
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
-from rapt_audit.pipeline.runner import default_dataset, plugin_args
+from rapt_audit.pipeline.runner import default_dataset
 
 #: Words per second of spaCy's tagger plus NER, for the time estimate in the log: measured on the 2-core
 #: machine, 942,746 words (SST-2 and CoNLL-2003) in 138 s with the vocabulary lexicon (2026-11-24).

@@ -36,7 +36,7 @@ Wheels: downloaded once for --python (network) into $RAPT_AUDIT_CACHE/bundle-whe
 
 #: The ``run`` flags that reach the configuration, as ``rapt-audit run`` reads them (cli.main.cmd_run).
 RUN_KEYS = ("defense", "attacks", "dataset", "model", "profile", "seed", "out", "device", "precision", "data_dir",
-            "force", "release_cache")
+            "force", "release_cache", "attack_timeout")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ result is written; also an output directory in use by another process, a full di
 plugin that raised, named in the message); 3 the result was written but some attacks failed (raised
 or broke their contract: each is named with what went wrong, recorded as failed, and every other
 attack kept); 75 a sweep's time budget ran out (the same command goes on); 130 interrupted by Ctrl-C
-and 143 by SIGTERM (the unfinished run writes nothing, finished sweep cells are kept); 1 a negative
+and 143 by SIGTERM (a run stopped during its attacks writes those that finished, finished sweep cells are kept); 1 a negative
 verdict of a gate (``check``: a regression, ``audit``: a violation, ``plugin check``: a plugin broke a
 rule), else an unexpected failure (a bug: please report it). A sweep on Ray (``--executor ray``) or
 in worker processes (``--jobs N``) runs every cell and exits 2 when some failed, listing them; its
@@ -49,8 +49,9 @@ from rapt_audit.reporting.claims import cmd_claims
 from rapt_audit.reporting.leaderboard import cmd_leaderboard
 from rapt_audit.reporting.report import cmd_report
 from rapt_audit.reporting.slim import cmd_slim
+from rapt_audit.reporting.summary import DuplicateRunWarning
 from rapt_audit.reporting.sweep_table import format_sweep
-from rapt_audit.scoring.metrics import METRICS, headline_metric
+from rapt_audit.scoring.metrics import METRICS, arrow, headline_metric
 
 EPILOG = """examples:
   rapt-audit run --defense identity --attacks all --dataset sst2 --out runs/demo
@@ -97,6 +98,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one run per value (eta=25,75,inf; seed=0,1,2; defense=t2t,pct2t; any --set key); "
                         "repeat for a grid; cells go to --out/KEY=VALUE/ and finished cells are reused")
+    p.add_argument("--attack-timeout", dest="attack_timeout", default=S, metavar="SECONDS",
+                   help="stop an attack that runs longer than SECONDS (its fit and attack) and record it as failed; "
+                        "the other attacks go on (also --set attack_timeout=SECONDS; default: no limit)")
     add_cell_options(p)  # --max-cells, --time-budget, --executor, --jobs, --address, --cpus-per-cell, --gpus-per-cell
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--dry-run", dest="dry_run", action="store_true",
@@ -169,7 +173,9 @@ def format_result(result: Any) -> str:
         lines.append(f"WARNING: {warning}")
     lines.append(f"{'measure':<{LABEL}} {'value':>8}   95% CI")
     for name, est in result.utility.items():
-        label = f"utility {name} {report.arrow(name)}".rstrip()  # an error such as embedding_mse is ↓
+        # An error such as embedding_mse is ↓. The run imported the plugins it names, which declared their metrics:
+        # no other third-party plugin is imported to print its table.
+        label = f"utility {name} {arrow(name)}".rstrip()
         lines.append(f"{label:<{LABEL}} {est.value:>8.4f}   [{est.ci_low:.4f}, {est.ci_high:.4f}]")
     verbatim = (result.defense.get("release_meta") or {}).get("verbatim")
     if verbatim:
@@ -271,10 +277,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RaptAuditError as exc:
         print(f"rapt-audit: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the safety net: a folder or file the system refused where no check named it first
+        print(f"rapt-audit: error: {os_error_message(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated; a sweep says what it kept
         detail = str(exc) or "nothing unfinished was written; rerun the same command to finish"
         print(f"rapt-audit: interrupted: {detail}", file=sys.stderr)
         return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an error of the system: the path, its reason and what to check (the lock's own message for a
+    folder that cannot be written is :func:`rapt_audit.api.outputs.unwritable`)."""
+    where = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None) or "a file"
+    return (f"cannot use {where} ({exc.strerror or exc}); check that the folder exists and can be written "
+            "(not a read-only or full disk), or choose another path")
 
 
 #: Options whose value may start with '-' (``--attacks -ner_adaptive``: all attacks but one).
@@ -305,19 +322,20 @@ def attach_dash_values(argv: Sequence[str]) -> list[str]:
 
 @contextmanager
 def _plugin_warnings() -> Iterator[None]:
-    """Inside, a plugin left out (:class:`PluginWarning`) is one line on stderr like the command's own
-    messages, every time; other warnings are shown as before."""
+    """Inside, a plugin left out (:class:`PluginWarning`) and one run given twice (:class:`DuplicateRunWarning`)
+    are one line on stderr like the command's own messages, every time; other warnings are shown as before."""
     with warnings.catch_warnings():
         previous = warnings.showwarning
 
         def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
                  line: str | None = None) -> None:
-            if issubclass(category, PluginWarning):
+            if issubclass(category, (PluginWarning, DuplicateRunWarning)):
                 print(f"rapt-audit: warning: {message}", file=sys.stderr)
             else:
                 previous(message, category, filename, lineno, file, line)
 
         warnings.simplefilter("always", PluginWarning)
+        warnings.simplefilter("always", DuplicateRunWarning)
         warnings.showwarning = show
         yield
 

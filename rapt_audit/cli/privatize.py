@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import deque
-from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.files import AtomicWrites, json_text, remove_stray_temps
 from rapt_audit.api.outputs import STDIO, check_outputs, file_target
 from rapt_audit.cli.options import defense_params
 from rapt_audit.user_side.formats import FORMATS, Item, Layout, Writer, open_input, read_items, write_output
@@ -19,7 +18,7 @@ EPILOG = """examples:
   rapt-audit privatize notes.txt --defense t2t --set eta=100 --seed 7
   rapt-audit privatize reviews.jsonl --field body --defense rapt --set eta=100 --out private.jsonl
   rapt-audit privatize reviews.csv --field review --defense embedding --set eta=75 --out vectors.csv
-Standard input works too (cat notes.txt | rapt-audit privatize --defense t2t).
+Standard input works too (cat notes.txt | rapt-audit privatize --defense t2t), as does a pipe: <(cmd).
 Each record is privatized on its own: text in, privatized text out (token vectors for the embedding
 defenses, as JSON lists). With --out FILE a sidecar FILE.privatize.json records the mechanism, its
 parameters, eta, seed, model fingerprint and the counts (units replaced, passed through in the clear,
@@ -78,17 +77,16 @@ def replacement_summary(units: dict[str, Any], clear: int) -> str:
     return text + ("; WARNING: the output is the input" if total and clear == total else "")
 
 
-def cmd_privatize(args: argparse.Namespace) -> int:
-    """Privatize the input record by record; write the output and the sidecar record."""
-    layout = Layout.for_path(args.input, args.format, args.field)
-    # The default sidecar sits beside a file; a stream (-, a FIFO, /dev/null) has none unless --sidecar names it.
-    streamed = args.out in (None, STDIO) or file_target(args.out, name="--out")[1]
-    sidecar = args.sidecar or (None if streamed else f"{args.out}.privatize.json")
-    # The output rule, before the model loads: never the input, never each other, never a device.
-    check_outputs([("--out", 1 if args.out in (None, STDIO) else args.out), ("--sidecar", sidecar)],
-                  [("input", 0 if args.input in (None, STDIO) else args.input)])
-    privatizer = Privatizer(args.defense, defense_params(args.sets), seed=args.seed, model=args.model,
-                            device=args.device, data_dir=args.data_dir)
+def _remove_killed_runs_temporaries(paths: list[str]) -> None:
+    """Remove what a killed privatize left beside these outputs: privatized text must not outlive its command."""
+    for path in paths:
+        target = file_target(path, name="--out")[0]
+        remove_stray_temps(target.parent, target.name)  # only our own, and none a live run is writing
+
+
+def _privatize(args: argparse.Namespace, layout: Layout, privatizer: Privatizer,
+               commit: AtomicWrites) -> dict[str, Any]:
+    """Read the input once, privatize it batch by batch into ``commit`` (or standard output); the sidecar record."""
     with open_input(args.input) as (handle, name, size):
         items = _with_progress(read_items(handle, layout, name=name, errors=args.errors), handle, size, args.quiet)
 
@@ -105,11 +103,28 @@ def cmd_privatize(args: argparse.Namespace) -> int:
                 if not pending:  # a batch is out: let a reader of the pipe see it now
                     stream.flush()
 
-        write_output(args.out, produce)
-    record = privatizer.summary(input=name, output=args.out or "<stdout>", layout=layout.fmt,
-                                field=None if layout.fmt == "text" else layout.field)
-    if sidecar:
-        write_json_atomic(Path(sidecar), record)
+        write_output(args.out, produce, commit)
+    return privatizer.summary(input=name, output=args.out or "<stdout>", layout=layout.fmt,
+                              field=None if layout.fmt == "text" else layout.field)
+
+
+def cmd_privatize(args: argparse.Namespace) -> int:
+    """Privatize the input record by record; write the output and the sidecar record."""
+    layout = Layout.for_path(args.input, args.format, args.field)
+    # The default sidecar sits beside a file; a stream (-, a FIFO, /dev/null) has none unless --sidecar names it.
+    streamed = args.out in (None, STDIO) or file_target(args.out, name="--out")[1]
+    sidecar = args.sidecar or (None if streamed else f"{args.out}.privatize.json")
+    # The output rule, before the model loads: never the input, never each other, never a device.
+    check_outputs([("--out", 1 if args.out in (None, STDIO) else args.out), ("--sidecar", sidecar)],
+                  [("input", 0 if args.input in (None, STDIO) else args.input)])
+    files = [path for path in (None if streamed else args.out, sidecar) if path]
+    _remove_killed_runs_temporaries(files)
+    privatizer = Privatizer(args.defense, defense_params(args.sets), seed=args.seed, model=args.model,
+                            device=args.device, data_dir=args.data_dir)
+    with AtomicWrites(files) as commit:  # the output and its sidecar replace the old pair together, or neither does
+        record = _privatize(args, layout, privatizer, commit)
+        if sidecar:
+            commit.write(sidecar, lambda handle: handle.write((json_text(record) + "\n").encode("utf-8")))
     if not args.quiet:
         units, where = record["units"], (f"; record in {sidecar}" if sidecar else "")
         setting = ", ".join(f"{key} {record[key]}" for key in ("eta", "epsilon") if record[key] is not None)

@@ -26,6 +26,7 @@ from rapt_audit.data.base import (
     DATA_ENV,
     DATASETS,
     Dataset,
+    SplitSizeError,
     Splits,
     SplitSizes,
     assert_disjoint,
@@ -35,8 +36,8 @@ from rapt_audit.data.base import (
 from rapt_audit.data.columns import COLUMN_KEYS, load_file_dataset, normalize_columns
 from rapt_audit.data.files import is_file_dataset, stat_key
 
-__all__ = ["COLUMN_KEYS", "DATA_ENV", "DATASETS", "Dataset", "SplitSizes", "Splits", "assert_disjoint",
-           "clear_cache", "is_file_dataset", "load_dataset", "make_splits", "resolve_data_dir"]
+__all__ = ["COLUMN_KEYS", "DATA_ENV", "DATASETS", "Dataset", "SplitSizeError", "SplitSizes", "Splits",
+           "assert_disjoint", "clear_cache", "is_file_dataset", "load_dataset", "make_splits", "resolve_data_dir"]
 
 #: Memo key → loaded dataset; datasets are immutable, so sharing is safe. A built-in dataset is keyed by
 #: (name, resolved data dir); a file by its absolute path, size and mtime, and the column mapping.

@@ -102,6 +102,15 @@ class Splits:
         return {name: len(getattr(self, name)) for name in names}
 
 
+class SplitSizeError(DataError):
+    """Split sizes a dataset cannot provide; ``key`` names the split to lower first, so that a caller that
+    read the sizes from a file (a benchmark's ``[splits]``) can point at its line."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def assert_disjoint(*parts: Sequence[Record]) -> None:
     """Raise if any uid occurs in more than one part: the attacker never trains or selects on a victim record."""
     seen: dict[str, int] = {}
@@ -129,10 +138,7 @@ def make_splits(dataset: Dataset, sizes: SplitSizes, *, seed: int) -> Splits:
     fixed = sum(v for v in requested.values() if v is not None)
     open_parts = [n for n in names if requested[n] is None]
     if fixed > len(records) or (open_parts and fixed >= len(records)):
-        raise DataError(
-            f"dataset {dataset.name!r} has {len(records)} records but the split sizes ask for {fixed} "
-            f"({', '.join(f'{n}={v}' for n, v in requested.items() if v is not None)}); "
-            "lower them with --set data.<part>=N or use a larger dataset")
+        _too_large(dataset.name, len(records), requested)
     share = (len(records) - fixed) // len(open_parts) if open_parts else 0
     parts: dict[str, tuple[Record, ...]] = {}
     start = 0
@@ -146,6 +152,19 @@ def make_splits(dataset: Dataset, sizes: SplitSizes, *, seed: int) -> Splits:
     splits = Splits(**parts)
     assert_disjoint(splits.victim_train, splits.victim_test, splits.attacker_train, splits.attacker_valid)
     return splits
+
+
+def _too_large(name: str, n_records: int, requested: Mapping[str, int | None]) -> None:
+    """Raise the one line for sizes beyond the dataset: the sizes, the record count and the split to lower."""
+    given = {n: v for n, v in requested.items() if v is not None}
+    key = max(given, key=lambda n: given[n])
+    what = "alone is more than the dataset holds" if given[key] > n_records else "is the largest"
+    left = [n for n, v in requested.items() if v is None]
+    rest = f", leaving nothing for {', '.join(left)}" if left else ""
+    raise SplitSizeError(
+        f"dataset {name!r} has {n_records} records but the split sizes ask for {sum(given.values())} "
+        f"({', '.join(f'{n}={v}' for n, v in given.items())}){rest}: data.{key}={given[key]} {what}; "
+        f"lower them with --set data.<part>=N (data.{key} first) or use a larger dataset", key)
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:

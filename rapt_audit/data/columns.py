@@ -189,10 +189,13 @@ def load_file_dataset(path: str | Path, columns: Mapping[str, Any] | None = None
 
 
 def _rows_message(table: Table, rows: Sequence[int], problem: str) -> str:
-    """``<path>: row 3, row 7 (+2 more): <problem>``, rows as in the uids (0-based, header not counted)."""
-    shown = ", ".join(f"row {table.row_ids[i]}" for i in rows[:_MAX_LISTED])
+    """``<path>: row 3, row 7 (+2 more): <problem>``, rows as in the uids (0-based, header not counted); for
+    JSON Lines ``<path>:<line>: row 3 (line 4), ...``, so that an editor jumps to the first row at fault."""
+    lines = table.lines
+    shown = ", ".join(f"row {table.row_ids[i]}" + (f" (line {lines[i]})" if lines else "") for i in rows[:_MAX_LISTED])
     more = f" (+{len(rows) - _MAX_LISTED} more)" if len(rows) > _MAX_LISTED else ""
-    return f"--dataset {table.path}: {shown}{more} (0-based, header not counted): {problem}"
+    where = f"{table.path}:{lines[rows[0]]}" if lines and rows else str(table.path)
+    return f"--dataset {where}: {shown}{more} (0-based, header not counted): {problem}"
 
 
 def _category(value: Any) -> str | None:

@@ -44,6 +44,7 @@ class Table:
         fingerprint: sha256 over the bytes read (for a directory: each file's relative name and bytes).
         categories: Column → class names, for Hugging Face ``ClassLabel`` columns (values are indices).
         split_counts: Split → rows, for a DatasetDict.
+        lines: The 1-based file line of each row, for JSON Lines (empty for other formats).
     """
 
     path: Path
@@ -53,6 +54,7 @@ class Table:
     fingerprint: str
     categories: dict[str, tuple[str, ...]] = field(default_factory=dict)
     split_counts: dict[str, int] = field(default_factory=dict)
+    lines: list[int] = field(default_factory=list)
 
 
 def is_file_dataset(name: str | None) -> bool:
@@ -74,8 +76,8 @@ def file_format(path: Path) -> str:
     """The format of ``path``: a :data:`SUFFIXES` value, or ``hf`` / ``hf_dict`` for a saved dataset.
 
     Raises:
-        DataError: when the path does not exist, has an unsupported suffix, or is a directory that
-            ``save_to_disk`` did not write.
+        DataError: when the path does not exist, is neither a regular file nor a directory (a FIFO),
+            has an unsupported suffix, or is a directory that ``save_to_disk`` did not write.
     """
     if not path.exists():
         raise DataError(f"--dataset {path}: no such file or directory; give the path of a {_SUPPORTED}")
@@ -87,6 +89,10 @@ def file_format(path: Path) -> str:
         raise DataError(f"--dataset {path} is a directory but not a Hugging Face dataset saved with "
                         "save_to_disk (it holds neither dataset_dict.json nor state.json); point --dataset at "
                         f"a data file instead ({', '.join(SUFFIXES)})")
+    if not path.is_file():
+        # A FIFO, socket or device would block or never end when read: refuse it before opening it.
+        raise DataError(f"--dataset {path} is not a regular file (a pipe, socket or device); write the data to a "
+                        f"file first and give its path ({_SUPPORTED})")
     fmt = SUFFIXES.get(path.suffix.lower())
     if fmt is None:
         raise DataError(f"--dataset {path}: unsupported file type {path.suffix or '(no suffix)'!r}; "
@@ -110,16 +116,17 @@ def read_table(path: Path) -> Table:
         raise DataError(f"--dataset {path}: the file is empty; it needs a header (or one object per line) "
                         "and at least one row")
     fingerprint = hashlib.sha256(raw).hexdigest()
+    lines: list[int] = []
     if fmt == "parquet":
         columns = _read_parquet(raw, path)
     elif fmt in ("jsonl", "json"):
-        columns = _read_json(_utf8(raw, path), path, fmt)
+        columns, lines = _read_json(_utf8(raw, path), path, fmt)
     else:
         columns = _read_csv(_utf8(raw, path), path, sep="\t" if fmt == "tsv" else ",")
     n = len(next(iter(columns.values()), []))
     if n == 0:
         raise DataError(f"--dataset {path}: the file has columns ({', '.join(columns) or 'none'}) but no rows")
-    return Table(path, fmt, columns, [str(i) for i in range(n)], fingerprint)
+    return Table(path, fmt, columns, [str(i) for i in range(n)], fingerprint, lines=lines)
 
 
 def _utf8(raw: bytes, path: Path) -> str:
@@ -143,12 +150,14 @@ def _read_csv(text: str, path: Path, *, sep: str) -> dict[str, list[Any]]:
     return {str(c): [None if v == "" else v for v in frame[c].tolist()] for c in frame.columns}
 
 
-def _read_json(text: str, path: Path, fmt: str) -> dict[str, list[Any]]:
-    """JSON Lines (one object per line), or for ``.json`` also one array of objects."""
+def _read_json(text: str, path: Path, fmt: str) -> tuple[dict[str, list[Any]], list[int]]:
+    """JSON Lines (one object per line), or for ``.json`` also one array of objects; with each object's line
+    (JSON Lines only)."""
     objects: list[tuple[str, Any]] = []
+    lines: list[int] = []
     if fmt == "json" and text.lstrip().startswith("["):
         try:
-            items = json.loads(text)
+            items = json.loads(text, parse_constant=_json_constant)
         except json.JSONDecodeError as exc:
             raise DataError(f"--dataset {path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") \
                 from None
@@ -158,7 +167,8 @@ def _read_json(text: str, path: Path, fmt: str) -> dict[str, list[Any]]:
             if not line.strip():
                 continue
             try:
-                objects.append((f"line {number}", json.loads(line)))
+                objects.append((f"line {number}", json.loads(line, parse_constant=_json_constant)))
+                lines.append(number)
             except json.JSONDecodeError as exc:
                 raise DataError(f"--dataset {path}: line {number} is not JSON ({exc.msg} at column {exc.colno}); "
                                 "JSON Lines needs one object per line") from None
@@ -168,7 +178,13 @@ def _read_json(text: str, path: Path, fmt: str) -> dict[str, list[Any]]:
             raise DataError(f"--dataset {path}: {where} is a JSON {type(obj).__name__}, not an object")
         names.update(dict.fromkeys(obj))
     # Rows may lack keys other rows have: the cell is then missing (None), as an empty CSV cell.
-    return {name: [obj.get(name) for _, obj in objects] for name in names}
+    return {name: [obj.get(name) for _, obj in objects] for name in names}, lines
+
+
+def _json_constant(name: str) -> float | None:
+    """What Python's json makes of the non-standard ``NaN`` / ``Infinity``: NaN is a missing cell, as Parquet's
+    NaN and JSON's null are (``json.dumps`` writes a pandas gap as NaN), never a class or attribute ``nan``."""
+    return None if name == "NaN" else float(name)
 
 
 def _read_parquet(raw: bytes, path: Path) -> dict[str, list[Any]]:

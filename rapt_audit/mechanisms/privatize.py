@@ -56,6 +56,12 @@ VECTOR_CACHE_BYTES = 32 << 20
 #: A lone surrogate: a Python ``str`` can hold one (from a ``\ud800`` escape in JSON, or ``surrogateescape``
 #: decoding), but it is no Unicode character, and spaCy and the Rust tokenizer both fail on it.
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Unicode's directional formatting characters (category Cf): embeddings, overrides and isolates with their
+#: closers (U+202A-U+202E, U+2066-U+2069) and the marks (U+061C, U+200E, U+200F). spaCy glues them to a word
+#: or tags a lone one as any part of speech; a word-level defense that replaced the word they sit on dropped
+#: them one at a time (a kept U+202E without its U+202C reverses the display of all that follows), so they
+#: are kept where they were written and only the word between them is privatized.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def check_text(text: str, *, name: str) -> None:
@@ -72,6 +78,26 @@ def check_text(text: str, *, name: str) -> None:
                         "not a Unicode character, so it can be neither tokenized nor written as UTF-8. Repair the "
                         "text at its source, or replace such code points with U+FFFD (re.sub('[\\ud800-\\udfff]', "
                         "'\\ufffd', text); rapt-audit privatize does this with --errors replace)")
+
+
+def split_bidi(word: str) -> tuple[str, str, str]:
+    """``word`` as ``(leading controls, the word without its controls, its other controls in order)``.
+
+    Every :data:`BIDI_CONTROLS` character of a word is kept by the word-level defenses (:func:`join_bidi`); a
+    control inside a word goes after the released word, so that every opener still precedes its closer.
+    """
+    if not BIDI_CONTROLS.intersection(word):  # almost every word: nothing to split
+        return "", word, ""
+    body = word.lstrip("".join(BIDI_CONTROLS))
+    lead = word[:len(word) - len(body)]
+    return lead, "".join(c for c in body if c not in BIDI_CONTROLS), "".join(c for c in body if c in BIDI_CONTROLS)
+
+
+def join_bidi(parts: Sequence[tuple[str, str, str]], released: Sequence[str]) -> list[str]:
+    """Each word of :func:`split_bidi` ``parts`` with its controls around its released word; ``released`` holds
+    one word for each part whose word is not empty (a word of controls alone is kept as it is)."""
+    it = iter(released)
+    return [lead + (next(it) if core else "") + rest for lead, core, rest in parts]
 
 
 def normalize_word(word: str) -> str:
@@ -219,7 +245,7 @@ class WordEngine:
         """
         if group not in self._members:
             self._members[group] = frozenset(self.words[row] for row in self.group_rows[group].tolist())
-        return normalize_word(word) in self._members[group]
+        return normalize_word(split_bidi(word)[1]) in self._members[group]
 
     def word_vectors(self, words: Sequence[str]) -> np.ndarray:
         """Mean sub-token embedding of each word (RAPT Sec. III-A2), memoised per word string."""
@@ -233,7 +259,17 @@ class WordEngine:
 
     def privatize_words(self, words: Sequence[str], groups: Sequence[str], *, eta: float,
                         rng: np.random.Generator) -> tuple[list[str], ReplacementCount]:
-        """Release a candidate word for each selected word; ``groups[i]`` names word i's group."""
+        """Release a candidate word for each selected word; ``groups[i]`` names word i's group.
+
+        Directional formatting characters of a word are kept where they were (:func:`split_bidi`); only the
+        word between them is privatized, and a word of controls alone is released as it is.
+        """
+        parts = [split_bidi(word) for word in words]
+        if any(lead or rest for lead, _, rest in parts):
+            kept = [i for i, (_, core, _) in enumerate(parts) if core]
+            released, count = self.privatize_words([parts[i][1] for i in kept], [groups[i] for i in kept],
+                                                   eta=eta, rng=rng)
+            return join_bidi(parts, released), count
         count = ReplacementCount(perturbed=len(words))
         if math.isinf(eta):  # no privacy: the identity
             return list(words), count

@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError
-from rapt_audit.api.files import source_digest, stable_hash, write_atomic
+from rapt_audit.api.files import source_digest, stable_hash, write_cache_atomic
 from rapt_audit.api.params import get_params, to_jsonable
 from rapt_audit.api.types import Record, Release, uid_key
 from rapt_audit.api.version import __version__
@@ -211,9 +211,12 @@ class ReleaseStore:
         """Store ``release`` under ``key`` atomically; warn (and go on) when it cannot be stored."""
         try:
             arrays = encode_release(release, key=key)
-            write_atomic(self.path(key), lambda handle: np.savez(handle, **arrays))
-        except (OSError, TypeError) as exc:
+        except TypeError as exc:
             warnings.warn(f"release not cached ({exc}); it is used, only not stored", stacklevel=2)
+            return
+        # The one cache writer: a folder that cannot be written (read-only, or below a file) warns once and the
+        # run goes on from memory, as privatize does, rather than failing after the defense was fitted.
+        write_cache_atomic(self.path(key), lambda handle: np.savez(handle, **arrays))
 
 
 class CachedDefense:

@@ -16,21 +16,24 @@ parameters stay as given (often strings) and are type-checked when the plugins a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from rapt_audit.api.errors import UnknownNameError, UsageError
-from rapt_audit.api.params import coerce, to_jsonable
-from rapt_audit.api.parsing import FloatRangeError, TOMLDecodeError, check_seed, decode_text, loads_json, loads_toml
+from rapt_audit.api.params import canonical_params, coerce, to_jsonable
+from rapt_audit.api.parsing import FloatRangeError, check_seed, read_document
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load_for
 from rapt_audit.api.registry import closest, unknown_name_message
 from rapt_audit.data import COLUMN_KEYS, is_file_dataset
 from rapt_audit.data.columns import normalize_columns
 from rapt_audit.encoder.precision import check_precision_choice
 from rapt_audit.pipeline.context import PROFILES
+from rapt_audit.pipeline.time_limits import check_attack_timeout
 
 #: Split sizes per profile (upper bounds; scaled down for small datasets, see ``profile_split_sizes``).
 PROFILE_SPLITS: Mapping[str, Mapping[str, int | None]] = {
@@ -70,6 +73,9 @@ class RunConfig:
             the same signature are still reused: they are what the defense would compute again).
         release_cache: Read and write releases in the on-disk cache (``$RAPT_AUDIT_CACHE/releases``);
             False privatizes afresh and stores nothing. Never changes a result, so not in ``cell_id``.
+        attack_timeout: Seconds each attack (fit and attack) may take before it is stopped and recorded as
+            failed (``None``: no limit; :mod:`~rapt_audit.pipeline.time_limits`). Changes no number of an
+            attack that finishes, so, like ``device``, not in ``cell_id``.
     """
 
     defense: str = "identity"
@@ -87,11 +93,13 @@ class RunConfig:
     data_args: Mapping[str, int | str] = field(default_factory=dict)
     force: bool = False
     release_cache: bool = True
+    attack_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise UnknownNameError(unknown_name_message("profile", self.profile, list(PROFILES)))
         object.__setattr__(self, "seed", check_seed(self.seed))  # -1 would fail deep in numpy
+        object.__setattr__(self, "attack_timeout", check_attack_timeout(self.attack_timeout))
         if self.device not in {"auto", "cpu", "cuda"}:
             raise UsageError(f"device={self.device!r} is not one of auto, cpu, cuda")
         try:
@@ -129,16 +137,34 @@ class RunConfig:
     def cell_id(self) -> str:
         """Hash of everything that changes the result (not ``out``, ``force``, ``device`` or the cache switch).
 
-        ``precision=auto`` is left out (it resolves per machine, as ``device`` does, and ids of results
-        written before the setting existed stay the same); an explicit ``fp32`` or ``bf16`` is in.
+        The settings are canonical (:func:`canonical_settings`): ``--defense t2t`` and ``--set eta=1e2`` are one
+        cell. ``precision=auto`` is left out (it resolves per machine, as ``device`` does); an explicit ``fp32``
+        or ``bf16`` is in.
         """
-        data = measured_settings(self.to_dict())
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+        return settings_id(self.to_dict())
+
+    def spelling_id(self) -> str:
+        """The hash of the settings as given, not canonical (what :meth:`cell_id` was before issue #60): it labels
+        a benchmark cell's folder, so that folders named by it before are found again."""
+        return _digest(measured_settings(self.to_dict()))
+
+    def recorded_as(self, cell_id: str) -> bool:
+        """Whether an index's recorded ``cell_id`` names this run: its canonical id, or the id as spelled, which
+        indexes (``benchmark.json``) written before settings were canonical recorded."""
+        return cell_id in (self.cell_id(), self.spelling_id())
+
+    def matches(self, stored: Mapping[str, Any]) -> bool:
+        """Whether a result's stored ``config`` is this very run: its settings, recomputed canonically.
+
+        Compared this way, not by the result's recorded ``cell_id``, so that a result written before settings
+        were canonical (its defense arguments kept as typed: ``{"epsilon": "0.1"}``) is still this run.
+        """
+        return settings_id(stored) == self.cell_id()
 
 
 #: Run settings that do not change a result: where it is written, whether it is redone, where it runs and
 #: what is read from caches. A cell's id leaves them out, and so does any comparison of two runs' settings.
-NOT_MEASURED = frozenset({"out", "force", "device", "data_dir", "release_cache"})
+NOT_MEASURED = frozenset({"out", "force", "device", "data_dir", "release_cache", "attack_timeout"})
 
 
 def measured_settings(config: dict) -> dict:
@@ -146,6 +172,61 @@ def measured_settings(config: dict) -> dict:
     :data:`NOT_MEASURED`, and ``precision`` unless set explicitly (``auto`` resolves per machine, as ``device``
     does, and ids of results written before the setting existed stay the same)."""
     return {k: v for k, v in config.items() if k not in NOT_MEASURED and not (k == "precision" and v == "auto")}
+
+
+def canonical_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The :func:`measured_settings` of ``config`` (as ``RunConfig.to_dict`` writes it, or a result stores it)
+    with the defense's and every selected attack's parameters as the run really uses them: by value and declared
+    type, defaults and the profile's overrides filled in (:func:`~rapt_audit.api.params.canonical_params`).
+
+    Arguments of an attack the run does not select change nothing and are left out. A plugin that is not
+    installed, or arguments it refuses, keep the arguments as given (the run itself reports those).
+    """
+    settings = measured_settings(dict(config))
+    # The plugins' declared types and defaults: only those this run can select, so that a run of built-ins
+    # never imports (or waits on) a third-party plugin (issue #60).
+    load_for("defense", str(settings.get("defense")))
+    load_for("attack", ",".join([str(settings.get("attacks", "all")), *(settings.get("attack_args") or {})]))
+    profile = str(settings.get("profile", "cpu"))
+    given = dict(settings.get("defense_args") or {})
+    settings["defense_args"] = _canonical("defense", str(settings.get("defense")), profile, _key(given)) or given
+    try:
+        names = ATTACKS.select(str(settings.get("attacks", "all")))
+    except UsageError:  # an unknown attack: the run refuses it; the id keeps the spelling
+        return settings
+    args = dict(settings.get("attack_args") or {})
+    settings["attack_args"] = {n: _canonical("attack", n, profile, _key(args.get(n) or {})) or dict(args.get(n) or {})
+                               for n in names}
+    return settings
+
+
+def settings_id(config: Mapping[str, Any]) -> str:
+    """The cell id of a run's ``config``: the hash of its :func:`canonical_settings`."""
+    return _digest(canonical_settings(config))
+
+
+def repeated_settings(configs: Sequence[RunConfig]) -> list[list[int]]:
+    """The positions of ``configs`` that are one setting (one :meth:`RunConfig.cell_id`), for each that repeats."""
+    same: dict[str, list[int]] = {}
+    for i, config in enumerate(configs):
+        same.setdefault(config.cell_id(), []).append(i)
+    return [group for group in same.values() if len(group) > 1]
+
+
+def _digest(data: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:12]
+
+
+def _key(args: Mapping[str, Any]) -> str:
+    """Plugin arguments as one hashable text (the cache key of :func:`_canonical`)."""
+    return json.dumps(dict(args), sort_keys=True, default=str)
+
+
+@functools.lru_cache(maxsize=4096)  # a sweep index hashes every cell after each cell: build each setting once
+def _canonical(kind: str, name: str, profile: str, args: str) -> dict[str, Any] | None:
+    """:func:`~rapt_audit.api.params.canonical_params`, cached by its arguments' text; never mutate what it returns."""
+    registry = DEFENSES if kind == "defense" else ATTACKS
+    return canonical_params(registry, name, json.loads(args), profile=profile)
 
 
 def _unknown_data_key(key: str) -> str:
@@ -160,7 +241,7 @@ def _unknown_data_key(key: str) -> str:
 RUN_KEYS = tuple(f.name for f in fields(RunConfig) if f.name not in {"defense_args", "attack_args", "data_args"})
 _RUN_TYPES = {"defense": str, "attacks": str, "dataset": str | None, "model": str, "profile": str, "seed": int,
               "device": str, "precision": str, "out": str | None, "data_dir": str | None, "force": bool,
-              "release_cache": bool}
+              "release_cache": bool, "attack_timeout": float | None}
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -170,19 +251,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         UsageError: when the file is missing, unreadable or not TOML/JSON.
     """
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"config file {path} does not exist")
-    try:
-        text = decode_text(path.read_bytes(), source=f"config file {path}")  # a byte-order mark is dropped
-    except OSError as exc:
-        raise UsageError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
-    try:
-        data = loads_json(text) if path.suffix.lower() == ".json" else loads_toml(text)
+    try:  # the one reader: a regular file (missing, a FIFO, a folder: refused), UTF-8, TOML or JSON, not too deep
+        data = read_document(path, source=f"config file {path}")[1]
     except FloatRangeError as exc:  # 1e309 would read as infinity: "line N: ..."
         raise UsageError(f"config file {path}, {exc}") from None
-    except (ValueError, TOMLDecodeError) as exc:
-        kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
-        raise UsageError(f"config file {path} is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold a table of keys")
     return data

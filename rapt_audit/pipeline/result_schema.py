@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from rapt_audit.api.errors import ResultError
+from rapt_audit.api.plugins import load_named
+from rapt_audit.api.types import Estimate
+from rapt_audit.scoring.metrics import declared, headline_metric, range_problem
 
 SCHEMA_FILE = "result.schema.json"
 _MAX_MESSAGE = 300  # jsonschema quotes the offending value, which may be a whole attack
@@ -117,6 +120,48 @@ def _set_aside_per_record_arrays(doc: Mapping[str, Any]) -> tuple[Mapping[str, A
     return light, arrays
 
 
+def _estimates(doc: Mapping[str, Any]) -> Iterable[tuple[tuple, str, Mapping[str, Any]]]:
+    """Every estimate of a schema-valid document: ``(path, declared metric name, estimate)``. An attack's headline
+    is the measure it repeats among its metrics (:func:`~rapt_audit.scoring.metrics.headline_metric`)."""
+    for name, est in doc["utility"].items():
+        yield ("utility", name), name, est
+    for attack, outcome in doc["attacks"].items():
+        if not isinstance(outcome, Mapping) or "empirical_privacy" not in outcome:
+            continue  # a skip or a failure
+        try:
+            metrics = {m: _as_estimate(e) for m, e in outcome["metrics"].items()}
+            headline = headline_metric(metrics, _as_estimate(outcome["empirical_privacy"]))
+        except ValueError:  # an interval that leaves out its value: found and named below
+            headline = "empirical_privacy"
+        yield ("attacks", attack, "empirical_privacy"), headline, outcome["empirical_privacy"]
+        for name, est in outcome["metrics"].items():
+            yield ("attacks", attack, "metrics", name), name, est
+
+
+def _as_estimate(est: Mapping[str, Any]) -> Estimate:
+    return Estimate(est["value"], est["ci_low"], est["ci_high"], est["n"], est["method"])
+
+
+def _impossible_estimates(doc: Mapping[str, Any]) -> list[tuple[tuple, str]]:
+    """The estimates whose values no measurement gives: an interval that leaves out its value (or is reversed), a
+    value that is not finite, or one outside [0, 1] for a metric its plugin declares bounded (losses, errors and ε
+    bounds are declared unbounded, so they may exceed 1). A metric no installed plugin declares is not judged."""
+    # The plugins declare their metrics, and whether they are bounded, when imported: those this result names only
+    # (a run of built-ins, which reads its own result back, never imports a third-party plugin).
+    load_named(str((doc.get("config") or {}).get("defense", "")), doc.get("attacks") or {})
+    problems = []
+    for path, name, est in _estimates(doc):
+        value, low, high = est["value"], est["ci_low"], est["ci_high"]
+        if not low <= value <= high:  # as api.types.Estimate requires (NaN cannot be written in JSON)
+            problems.append((path, f"the interval [{low:g}, {high:g}] does not contain its value {value:g}: "
+                                   "an estimate lies within its confidence interval"))
+        elif declared(name) is not None:
+            problem = range_problem(name, _as_estimate(est))
+            if problem:
+                problems.append((path, problem))
+    return problems
+
+
 def validate_result_document(doc: Mapping[str, Any], source: str | Path) -> None:
     """Check one parsed result document against the result-file schema.
 
@@ -140,6 +185,8 @@ def validate_result_document(doc: Mapping[str, Any], source: str | Path) -> None
     problems = [(tuple(e.absolute_path), e.message) for e in _validator().iter_errors(light)]
     problems += [((*path, i), f"{item!r} is not of type 'number'") for path, items in arrays
                  for i, item in enumerate(items) if not _is_number(item)]
+    if not problems:  # the types hold: now the values no measurement can give
+        problems = _impossible_estimates(doc)
     if not problems:
         return
     where, message = problems[0]

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic
+from rapt_audit.api.parsing import DocumentError, FloatRangeError, read_document
 from rapt_audit.api.plugins import plugin_distributions
 from rapt_audit.api.types import AttackFailure, AttackResult, Estimate, Outcome, Skip
 from rapt_audit.pipeline.result_schema import validate_result_document
@@ -157,13 +158,15 @@ def read_result(path: str | Path) -> RunResult:
             field when it does not follow the schema (:func:`validate_result_document`).
     """
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not path.name.endswith(".json"):  # a folder named result.json is refused, not entered
         path = path / RESULT_FILE
-    if not path.is_file():
+    if not path.exists():
         raise ResultError(f"no result file at {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = read_document(path, source=str(path), fmt="json")[1]
+    except DocumentError as exc:  # not JSON (at a line), not a regular file, nested too deep
+        raise ResultError(f"result file {path} is corrupt: {exc.detail}" if exc.line else f"result file {exc}") from None
+    except FloatRangeError as exc:  # a number too large for a float, at its line
         raise ResultError(f"result file {path} is corrupt: {exc}") from None
     if not isinstance(data, dict) or "schema" not in data:
         raise ResultError(f"{path} is not a rapt-audit result file (no 'schema' key)")

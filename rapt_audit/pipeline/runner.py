@@ -10,7 +10,8 @@
    raises stops the run with a :class:`~rapt_audit.api.errors.PluginError` naming it.
    The victim release and the attackers' adaptive releases go through the on-disk release cache
    (:mod:`~rapt_audit.pipeline.cache`), so a re-run reads them instead of privatizing again.
-5. Write ``<out>/result.json`` atomically (nothing is written for a run that fails or is stopped).
+5. Write ``<out>/result.json`` atomically (nothing for a run that fails, or is stopped before its attacks;
+   stopped during them, the attacks that finished: :mod:`~rapt_audit.pipeline.attack_loop`).
 
 Steps 1-4 are :func:`compute`, which touches no output directory: a sweep's Ray workers
 (:mod:`~rapt_audit.pipeline.ray_executor`) call it on machines whose disks differ from the
@@ -34,26 +35,20 @@ from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.files import package_code_digest, remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.outputs import folder_exists
-from rapt_audit.api.params import get_params, make_plugin, to_jsonable
-from rapt_audit.api.plugins import ATTACKS, DEFENSES, load, origins
+from rapt_audit.api.params import get_params, make_plugin, plugin_args, to_jsonable
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load_for, origins
 from rapt_audit.api.threat import ThreatModel, declared_threat_model, threat_model_record
-from rapt_audit.api.types import AttackFailure, Outcome, Skip
+from rapt_audit.api.types import AttackFailure, Outcome
 from rapt_audit.api.version import __version__
 from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
 from rapt_audit.encoder.models import model_fingerprint, resolve_device
 from rapt_audit.encoder.precision import resolve_precision
 from rapt_audit.encoder.threads import current_threads
 from rapt_audit.mechanisms import analysis_pack
+from rapt_audit.pipeline.attack_loop import again, bounded, reusable, run_attacks
 from rapt_audit.pipeline.cache import cached_defense
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
-from rapt_audit.pipeline.contracts import (
-    attack_failure,
-    check_attack_result,
-    check_utility,
-    checked_release,
-    defense_call,
-    unreadable_release,
-)
+from rapt_audit.pipeline.contracts import check_utility, checked_release, defense_call
 from rapt_audit.pipeline.context import RunContext, default_cache_dir, derive_seed
 from rapt_audit.pipeline.gpu_usage import GpuMonitor, monitor as gpu_monitor
 from rapt_audit.pipeline.results import (
@@ -100,11 +95,6 @@ def default_dataset(config: RunConfig) -> str:
     return "sst2" if resolve_data_dir(config.data_dir) is not None else "synthetic"
 
 
-def plugin_args(cls: type, profile: str, explicit: dict[str, Any]) -> dict[str, Any]:
-    """Profile overrides declared by the plugin, then the user's explicit arguments."""
-    return {**dict(getattr(cls, "profiles", {}).get(profile, {})), **explicit}
-
-
 #: Why ``--profile paper`` without a GPU stops before any work, and what it would cost.
 PAPER_ON_CPU = (
     "--profile paper runs the papers' settings on full datasets (SST-2: about 17,000 training sentences per "
@@ -128,7 +118,9 @@ def check_paper_device(config: RunConfig) -> None:
 def _prepare(config: RunConfig) -> Plan:
     """:func:`plan` without the look at the output directory (which a remote worker does not have)."""
     check_paper_device(config)
-    load()
+    # Only the third-party plugins the run selects are imported: one that hangs at import costs only itself.
+    load_for("defense", config.defense)
+    load_for("attack", ",".join([config.attacks, *config.attack_args]))
     defense = make_plugin(DEFENSES, config.defense,
                           plugin_args(DEFENSES.get(config.defense), config.profile, dict(config.defense_args)))
     names = ATTACKS.select(config.attacks)
@@ -172,7 +164,8 @@ def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
         raise ResultError(f"{path} is not a readable result file ({why_unreadable(path)}); remove it")
     if path.exists():
         existing = read_result(path)
-        if existing.cell_id != config.cell_id():
+        # Its stored settings, recomputed canonically: a result written before ids were canonical is this run too.
+        if not config.matches(existing.config):
             raise ResultError(
                 f"output directory {out} holds a different run (defense {existing.defense.get('name')!r}, "
                 f"cell {existing.cell_id}); choose another --out or delete {path}")
@@ -227,7 +220,7 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
             warn_if_other_code(existing, checked.out)
             say(f"{checked.out} already holds this run; reusing it (pass --force to run again)")
             return existing
-        return _execute(checked, say=say, progress=progress)
+        return _execute(checked, say=say, progress=progress, reused=reusable(checked.out, config))
 
 
 def compute(config: RunConfig, *, log: Log | None = None, progress: bool = False) -> RunResult:
@@ -244,16 +237,32 @@ def compute(config: RunConfig, *, log: Log | None = None, progress: bool = False
     return _measure(_prepare(config), say=log or (lambda _msg: None), progress=progress)
 
 
-def _execute(checked: Plan, *, say: Log, progress: bool) -> RunResult:
-    """Run a checked plan and write its result (the caller holds the output directory's lock)."""
-    result = _measure(checked, say=say, progress=progress)
+def _execute(checked: Plan, *, say: Log, progress: bool, reused: dict[str, Outcome]) -> RunResult:
+    """Run a checked plan and write its result (the caller holds the output directory's lock).
+
+    ``reused``: outcomes of attacks that finished in an earlier run of this cell, not run again. Interrupted
+    during the attacks, the result of those that finished is written before the interrupt goes on.
+    """
+
+    def keep(partial: RunResult) -> str:
+        write_result(partial, checked.out)
+        kept = sum(not isinstance(o, AttackFailure) for o in partial.attacks.values())
+        return (f"the {kept} attack(s) that finished are kept in {checked.out / RESULT_FILE}; rerun the same command "
+                "to run only the others")
+
+    result = _measure(checked, say=say, progress=progress, reused=reused, keep=keep)
     write_result(result, checked.out)
     say(f"wrote {checked.out / RESULT_FILE}")
     return result
 
 
-def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
-    """Run a checked plan: fit, utility, release, attacks; return the result (nothing written)."""
+def _measure(checked: Plan, *, say: Log, progress: bool, reused: dict[str, Outcome] | None = None,
+             keep: Callable[[RunResult], str] | None = None) -> RunResult:
+    """Run a checked plan: fit, utility, release, attacks; return the result (nothing written by itself).
+
+    ``keep`` is handed the result of the attacks that finished when an interrupt stops them, and returns
+    what the interrupt, raised again, then says (``None``: the partial result is dropped).
+    """
     config = checked.config
     device = resolve_device(config.device)
     ctx = RunContext(seed=config.seed, profile=config.profile, device=device,
@@ -265,12 +274,13 @@ def _measure(checked: Plan, *, say: Log, progress: bool) -> RunResult:
         ctx.text_releases = TextReleaseStore(ctx.cache_dir / "texts", ctx=ctx, model_fingerprint=fingerprint)
     # Samples the GPU of a CUDA run per stage (env.gpu); stopped however the run ends.
     with gpu_monitor(ctx.device) as gpu:
-        return _measure_stages(checked, ctx, gpu, say=say, fingerprint=fingerprint)
+        return _measure_stages(checked, ctx, gpu, say=say, fingerprint=fingerprint, reused=reused or {}, keep=keep)
 
 
-def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log, fingerprint: str) -> RunResult:
+def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log, fingerprint: str,
+                    reused: dict[str, Outcome], keep: Callable[[RunResult], str] | None) -> RunResult:
     """:func:`_measure`'s stages, each timed and its GPU use attributed to it by ``gpu`` (``fingerprint``:
-    the model's)."""
+    the model's; ``reused``, ``keep``: see :func:`_measure`)."""
     config = checked.config
     started, clock = datetime.now(timezone.utc), time.perf_counter()
     timings: dict[str, float] = {}
@@ -308,27 +318,17 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
     victim_release = cached.last
     bar.update(1)
-    outcomes: dict[str, Outcome] = {}
-    for name, attack in checked.attacks.items():
-        bar.update(1)
-        if (reason := unreadable_release(attack.requires, release.kinds, config.defense)) is not None:
-            outcomes[name] = Skip(reason)
-            continue
-        say(f"attack {name}")
-        method = "fit"
-        try:
-            timed(f"attack.{name}.fit", lambda: attack.fit(splits.attacker, cached, ctx=ctx))
-            method = "attack"
-            outcomes[name] = check_attack_result(
-                name, timed(f"attack.{name}", lambda: attack.attack(release, splits.victim_test, ctx=ctx)))
-        except Skip as skip:
-            outcomes[name] = Skip(skip.reason)  # a fresh one: the raised one's traceback holds the attack's frames
-        except Exception as exc:  # noqa: BLE001 - one failing attack must not cost the other attacks' work
-            failure = outcomes[name] = attack_failure(name, method, exc, attack)
-            say(f"attack {name} failed (recorded; the other attacks go on): {failure.message}")
+    outcomes, stop = run_attacks(
+        checked.attacks, release_kinds=release.kinds, defense=config.defense, reused=reused, say=say,
+        step=lambda: bar.update(1),
+        run_one=lambda name, attack: bounded(
+            name, attack, limit=config.attack_timeout, say=say,
+            fit=lambda: timed(f"attack.{name}.fit", lambda: attack.fit(splits.attacker, cached, ctx=ctx)),
+            score=lambda: timed(f"attack.{name}", lambda: attack.attack(release, splits.victim_test, ctx=ctx))))
     bar.close()
     threat_models = {n: threat_model_record(a) for n, a in checked.attacks.items()}
-    worst = worst_case(outcomes, rng=ctx.rng("worst_case"),
+    # An interrupted run's worst case would be over some attacks only: none is written until all have run.
+    worst = None if stop is not None else worst_case(outcomes, rng=ctx.rng("worst_case"),
                        reads_release=lambda n: "release" in (declared_threat_model(checked.attacks[n]) or
                                                              ThreatModel(knows=())).knows)
     if worst is not None:  # the defense's worst case, beside the attacks it is taken over (issue #39)
@@ -344,6 +344,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                 "threat_models": threat_models,
                 "release_cache": {"victim_test": victim_release, **cached.report(), **ctx.tallies(),
                                   **({"texts": ctx.text_releases.report()} if ctx.text_releases else {})}})
+    if used := sorted(n for n in reused if reused[n] is outcomes.get(n)):
+        env["reused_attacks"] = used  # finished in an earlier, interrupted run of this cell (same code)
     if (packed := analysis_pack.provenance(ctx)) is not None:  # spaCy absent: whose analyses the run read
         env["spacy_analyses"] = packed
     attack_settings = {n: get_params(a) for n, a in checked.attacks.items()}
@@ -362,6 +364,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                  "params": get_params(defense), "exposes": sorted(defense.exposes),
                  "release_meta": _jsonable_notes(release.meta)},
         utility=utility, attacks=outcomes, env=env, warnings=warnings)
+    if stop is not None:
+        raise again(stop, keep(result) if keep is not None else "") from None
     return result
 
 

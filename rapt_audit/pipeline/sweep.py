@@ -47,7 +47,7 @@ from rapt_audit.api.outputs import check_out_folder
 from rapt_audit.api.parsing import repeated
 from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.cell_limit import check_cell_count, count_cells
-from rapt_audit.pipeline.config import RunConfig, build_config
+from rapt_audit.pipeline.config import RunConfig, build_config, repeated_settings
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult
 from rapt_audit.pipeline.time_budget import budget_spent, longest_finished
 
@@ -155,6 +155,10 @@ def expand(*, axes: Sequence[Axis], file: str | Path | None, cli: Mapping[str, A
         config = build_config(file=file, cli=cli, sets=list(sets) + [f"{k}={v}" for k, v in assignments])
         name = cell_name(assignments)
         cells.append(Cell(assignments, name, replace(config, out=str(out / name))))
+    twice = [" and ".join(cells[i].label for i in same) for same in repeated_settings([c.config for c in cells])]
+    if twice:  # refused, as a value listed twice is: one run in two cells would be two seeds in the sweep's table
+        raise UsageError(f"--sweep makes one setting more than once: {'; '.join(twice)} are the same run (equal "
+                         "values, or a value and its default); list each setting once")
     return cells
 
 

@@ -19,7 +19,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 
-from rapt_audit.api.plugins import load as load_plugins
+from rapt_audit.api.plugins import load_named
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.scoring.metrics import declared
 
@@ -113,7 +113,7 @@ def tidy_records(result: ResultView, *, path: str | None = None) -> list[dict[st
         result: A run's result.
         path: The file it was read from, recorded in the ``path`` column (``None`` for a fresh run).
     """
-    load_plugins()  # plugins declare their own metrics (and directions) when imported
+    load_named(str(result.config.get("defense", "")), result.attacks)  # they declare their metrics when imported
     env = result.env
     common: dict[str, Any] = {
         **setting_columns(result), "synthetic": result.synthetic, "seed": result.config.get("seed"),

@@ -8,7 +8,6 @@ local check.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Mapping, Sequence
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_json_atomic
 from rapt_audit.api.outputs import check_outputs
+from rapt_audit.api.parsing import DocumentError, FloatRangeError, read_document
 from rapt_audit.api.version import __version__
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import SCHEMA, RunResult
@@ -40,12 +40,12 @@ def read_baseline(path: str | Path, *, allow_dirty: bool = False) -> list[RunRes
     """
     path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ResultError(f"baseline {path} cannot be read: {exc.strerror or exc}; create one with "
-                          f"rapt-audit check --write-baseline {path} RUN_DIRS") from None
-    except ValueError as exc:
+        doc = read_document(path, source=f"baseline {path}", fmt="json")[1]
+    except FloatRangeError as exc:  # a number too large for a float, at its line
         raise ResultError(f"baseline {path} is corrupt: {exc}") from None
+    except DocumentError as exc:  # missing, not a regular file, not JSON, nested too deep
+        hint = "" if path.exists() else f"; create one with rapt-audit check --write-baseline {path} RUN_DIRS"
+        raise ResultError(f"{exc}{hint}") from None
     if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
         docs = [doc]
     elif isinstance(doc, dict) and doc.get("schema") == BASELINE_SCHEMA:

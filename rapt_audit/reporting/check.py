@@ -1,9 +1,10 @@
 """``rapt-audit check``: the privacy-regression gate for CI.
 
 A baseline file holds the full result documents of reference runs. Each new run is matched to the
-baseline run with the same ``cell_id`` (the hash of its configuration: defense and its arguments,
-data, splits, model, profile, attacks, seed), and every empirical-privacy measure of every attack is
-compared.
+baseline run of the same cell (the hash of its canonical settings, recomputed from each stored
+configuration: defense and its arguments by value with their defaults, data, splits, model, profile,
+attacks, seed; so a baseline recorded before ids were canonical still pairs), and every empirical-privacy
+measure of every attack is compared.
 
 The paired rule (used whenever both results keep per-record outcomes). A matched run scores the same
 records in the same order as its baseline, so the two measurements are *paired*, not independent:
@@ -47,6 +48,7 @@ from typing import Any, Sequence
 from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.plugins import load
 from rapt_audit.api.types import AttackFailure, AttackResult, Estimate
+from rapt_audit.pipeline.config import settings_id
 from rapt_audit.pipeline.results import RunResult, signature_fields
 from rapt_audit.reporting.baseline import BASELINE_SCHEMA, read_baseline, run_label, write_baseline
 from rapt_audit.reporting.collect import collect
@@ -192,7 +194,7 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
     """Compare ``runs`` to ``baseline``; returns the comparisons and warnings.
 
     Raises:
-        ResultError: when a baseline run has no new run with its ``cell_id``, or (unless
+        ResultError: when a baseline run has no new run of its cell, or (unless
             ``allow_signature_change``) when a matched pair's signatures differ.
     """
     if z < 0 or tolerance < 0 or paired_tolerance < 0:
@@ -200,15 +202,16 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
                          f"{paired_tolerance})")
     by_cell: dict[str, RunResult] = {}
     for r in runs:
-        by_cell.setdefault(r.cell_id, r)
+        by_cell.setdefault(settings_id(r.config), r)
+    cell_of = {id(b): settings_id(b.config) for b in baseline}  # stored ids may predate canonical settings
     comparisons, warnings = [], []
-    missing = [b for b in baseline if b.cell_id not in by_cell]
+    missing = [b for b in baseline if cell_of[id(b)] not in by_cell]
     if missing:
         raise ResultError("no new run matches baseline run(s) " + "; ".join(
             f"{run_label(b)} (cell {b.cell_id})" for b in missing) +
             f". Re-run them with the configuration recorded in {baseline_name} and pass their directories")
     for b in baseline:
-        new = by_cell[b.cell_id]
+        new = by_cell[cell_of[id(b)]]
         if new.signature != b.signature:
             diff = signature_diff(b.signature, new.signature)
             if set(signature_changes(b.signature, new.signature)) == {"code"}:  # what the gate is for
@@ -231,7 +234,7 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
                         ", so those runs were compared as two independent intervals, which misses drops of a "
                         "few points; record the baseline again with this version (rapt-audit check "
                         "--write-baseline) to get the paired test")
-    unmatched = sorted({run_label(r) for r in runs if r.cell_id not in {b.cell_id for b in baseline}})
+    unmatched = sorted({run_label(r) for r in runs if settings_id(r.config) not in set(cell_of.values())})
     if unmatched:
         warnings.append("not in the baseline, so not gated: " + "; ".join(unmatched))
     return comparisons, warnings

@@ -8,7 +8,6 @@ and the caller decides whether to go on (a report) or stop (the gate).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit.api.errors import ResultError, UsageError
+from rapt_audit.api.parsing import read_document
 from rapt_audit.pipeline.results import RESULT_FILE, SCHEMA, RunResult, read_result
 
 
@@ -88,8 +88,8 @@ class Collection:
 
 def _schema_of(path: Path) -> str | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_document(path, source=str(path), fmt="json")[1]
+    except UsageError:  # not JSON, not a regular file (never opened: a FIFO would hang the report)
         return None
     return str(data.get("schema")) if isinstance(data, dict) and "schema" in data else None
 
@@ -114,11 +114,11 @@ DOCUMENTS = {"calibration": ("calibrations", "rows", "rapt-audit calibrate --for
 def _read_document(path: Path, kind: str, into: Collection) -> None:
     target, required, writer = DOCUMENTS[kind]
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_document(path, source=str(path), fmt="json")[1]
         if not isinstance(doc, dict) or not isinstance(doc.get(required), list):
             raise ValueError(f"no {required!r} list (expected the output of {writer})")
         getattr(into, target).append((path, doc))
-    except (OSError, ValueError) as exc:
+    except (UsageError, ValueError) as exc:
         into.problems.append(Problem(path, "corrupt", f"{kind} file {path} is unusable: {exc}"))
 
 

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import write_bytes_atomic, write_text_atomic
-from rapt_audit.api.outputs import check_outputs, folder_exists
+from rapt_audit.api.outputs import check_outputs, folder_exists, make_dir
 from rapt_audit.api.plugins import ATTACKS, load
 from rapt_audit.api.registry import describe
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
@@ -367,7 +367,7 @@ def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "
     rel = os.path.relpath(fig_dir.resolve(), out.parent.resolve())
     report = build_report(coll, title=title, base=out.parent, files_rel=rel, headline=headline,
                           headline_figures=headline_figures, detail=detail)
-    fig_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(fig_dir)  # a read-only folder: one line naming it
     for fig in report.figures:
         write_bytes_atomic(fig_dir / f"{fig.stem}.png", fig.png)
         write_bytes_atomic(fig_dir / f"{fig.stem}.svg", fig.svg)

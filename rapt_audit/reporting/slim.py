@@ -14,11 +14,14 @@ twice changes nothing.
 from __future__ import annotations
 
 import argparse
-import json
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
+from rapt_audit.api.errors import ResultError
 from rapt_audit.api.files import json_text, write_json_atomic
+from rapt_audit.api.locks import LOCK_FILE, hold_out_dir
+from rapt_audit.api.parsing import read_document
 from rapt_audit.pipeline.results import read_result
 from rapt_audit.reporting.collect import collect
 
@@ -52,26 +55,63 @@ def slim_files(paths: Sequence[str | Path], *, dry_run: bool = False) -> list[tu
     """Slim every result file below ``paths``; returns ``(file, bytes before, bytes after)`` for each.
 
     Files are found and validated as ``report`` finds them; each is rewritten atomically and read back
-    through the schema. With ``dry_run`` nothing is written and ``after`` is what would be written.
+    through the schema, while holding its folder's lock. With ``dry_run`` nothing is written and
+    ``after`` is what would be written.
 
     Raises:
-        ResultError: when ``paths`` hold no readable result (naming each problem).
+        ResultError: when ``paths`` hold no readable result (naming each problem), or when a running
+            run, sweep or benchmark holds a folder of them (before any file is rewritten).
     """
     coll = collect(paths, calibrations=False)
     coll.require_results("slim")
     coll.warn_problems()  # files of another schema or corrupt ones are left as they are, and named
     sizes = []
-    for loaded in coll.results:
-        before = loaded.path.stat().st_size
-        document = json.loads(loaded.path.read_text(encoding="utf-8"))
+    with ExitStack() as stack:
+        if not dry_run:
+            _hold_folders([loaded.path for loaded in coll.results], stack)
+        for loaded in coll.results:
+            sizes.append(_slim_one(loaded.path, dry_run=dry_run))
+    return sizes
+
+
+def _hold_folders(files: Sequence[Path], stack: ExitStack) -> None:
+    """Refuse, before any write, folders a running process holds: a benchmark or sweep holds its folder for
+    the whole run (held here until slim ends), a cell its own (tried here, then held while its file is
+    rewritten). A folder without a lock file is no sweep's or benchmark's that is running."""
+    parents = sorted({file.parent for file in files})
+    roots = sorted({folder for parent in parents for folder in parent.parents if (folder / LOCK_FILE).exists()})
+    for folder in roots:
+        stack.enter_context(_holding(folder))
+    for folder in parents:
+        with _holding(folder):
+            pass
+
+
+@contextmanager
+def _holding(folder: Path) -> Iterator[None]:
+    """The lock of ``folder`` (:func:`~rapt_audit.api.locks.hold_out_dir`); its refusal names the holder."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(hold_out_dir(folder))
+        except ResultError as exc:  # only the taking is refused in slim's words, not what the block raises
+            raise ResultError(f"slim: {exc}") from None
+        yield
+
+
+def _slim_one(path: Path, *, dry_run: bool) -> tuple[Path, int, int]:
+    """Slim one result file (under its folder's lock); ``(file, bytes before, bytes after)``."""
+    with ExitStack() as stack:
+        if not dry_run:
+            stack.enter_context(_holding(path.parent))
+        before = path.stat().st_size
+        document = read_document(path, source=str(path), fmt="json")[1]  # read once already, by collect
         removed = slim_document(document)
         if removed and not dry_run:
-            write_json_atomic(loaded.path, document)
-            read_result(loaded.path)  # the slimmed file still follows the schema
+            write_json_atomic(path, document)
+            read_result(path)  # the slimmed file still follows the schema
         # A file with nothing to remove is not rewritten, so its size stays, in a dry run too.
-        after = len(json_text(document).encode("utf-8")) + 1 if removed and dry_run else loaded.path.stat().st_size
-        sizes.append((loaded.path, before, after))
-    return sizes
+        after = len(json_text(document).encode("utf-8")) + 1 if removed and dry_run else path.stat().st_size
+    return path, before, after
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

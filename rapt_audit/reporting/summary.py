@@ -12,11 +12,13 @@ import hashlib
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, WORST_CASE, load as load_plugins
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
+from rapt_audit.pipeline.config import settings_id
 from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
 from rapt_audit.scoring.metrics import declared, headline_metric
@@ -52,6 +54,10 @@ def safe_id(name: str) -> str:
     if cleaned == name and name:
         return name
     return f"{cleaned}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+
+
+class DuplicateRunWarning(UserWarning):
+    """Two result files hold one run (the same settings, however spelled, under one signature): counted once."""
 
 
 def _fmt(value: float) -> str:
@@ -293,17 +299,24 @@ def _value_text(value: Any) -> str:
 def group_results(loaded: Sequence[Loaded]) -> list[Group]:
     """Group results by signature, then into one row per defense setting (seeds combined).
 
-    A result read twice (same ``cell_id`` in the same group) counts once. Groups are ordered by
-    signature; rows by defense name, then by privacy parameter (most noise first, ∞ last).
+    One run counts once, never as two seeds: results of one signature whose stored settings are one cell
+    (recomputed canonically, :func:`~rapt_audit.pipeline.config.settings_id`, so ``eta=1e2`` and the default
+    η = 100 are one, whatever ``cell_id`` each file recorded) keep the first read; a copy in another file is
+    named in a :class:`DuplicateRunWarning`. Groups are ordered by signature; rows by defense name, then by
+    privacy parameter (most noise first, ∞ last).
     """
     load_plugins()  # plugins declare their metrics (and whether they are bounded) when imported
     by_sig: dict[str, dict[str, Row]] = {}
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], Loaded] = {}
     for item in loaded:
         res = item.result
-        if (res.signature, res.cell_id) in seen:
+        first = seen.setdefault((res.signature, settings_id(res.config)), item)
+        if first is not item:
+            if first.path != item.path:  # the same file given twice is no news
+                warnings.warn(f"{item.path} holds the same run as {first.path} (one setting, seed "
+                              f"{res.config.get('seed')}, profile {res.config.get('profile')}): counted once, as "
+                              f"{first.path}; give each run once", DuplicateRunWarning, stacklevel=2)
             continue
-        seen.add((res.signature, res.cell_id))
         key = setting_key(res)
         rows = by_sig.setdefault(res.signature, {})
         if key not in rows:
@@ -341,4 +354,4 @@ def fmt_outcome(outcome: Estimate | Skip | AttackFailure | None) -> str:
     return "skipped" if outcome is None or isinstance(outcome, Skip) else fmt_estimate(outcome)
 
 
-__all__ = ["PRIVACY_PARAMS", "Group", "Row", "fmt_estimate", "fmt_outcome", "group_results", "safe_id"]
+__all__ = ["PRIVACY_PARAMS", "DuplicateRunWarning", "Group", "Row", "fmt_estimate", "fmt_outcome", "group_results", "safe_id"]

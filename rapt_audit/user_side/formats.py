@@ -26,13 +26,14 @@ import csv
 import io
 import json
 import re
+import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, TextIO
 
 from rapt_audit.api.errors import DataError, UsageError
-from rapt_audit.api.files import write_atomic
+from rapt_audit.api.files import AtomicWrites
 from rapt_audit.api.outputs import standard_input_bytes, standard_output
 from rapt_audit.mechanisms.privatize import LONE_SURROGATE
 from rapt_audit.user_side.records import CsvRow, check_header, check_row, parse_object
@@ -195,25 +196,38 @@ class Writer:
 def open_input(path: str | None) -> Iterator[tuple[BinaryIO, str, int | None]]:
     """``(byte stream, display name, size in bytes or None)`` for a path, or stdin for ``None``/``-``.
 
+    A pipe or FIFO (``<(cmd)`` is ``/dev/fd/63``) or a terminal is read as standard input is: once,
+    as it comes, with no size (nothing downstream reads the input twice).
+
     Raises:
-        UsageError: when the file does not exist or is a directory.
+        UsageError: when the input does not exist, is a directory, or is a socket or block device.
     """
     if path in (None, "-"):
         yield standard_input_bytes(), "<stdin>", None
         return
     file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"input {path!r} is not a file" + (" (it is a directory)" if file.is_dir() else
-                                                            " (no such file)"))
-    with file.open("rb") as handle:
-        yield handle, str(file), file.stat().st_size
+    try:
+        mode = file.stat().st_mode
+    except OSError as exc:
+        why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or str(exc)
+        raise UsageError(f"input {path!r} cannot be read ({why}); name an existing file, or - for standard "
+                         "input") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a socket or block device"
+        raise UsageError(f"input {path!r} is {kind}; name a file, a pipe, or - for standard input")
+    try:
+        handle = file.open("rb")
+    except OSError as exc:
+        raise UsageError(f"input {path!r} cannot be opened: {exc.strerror or exc}") from None
+    with handle:
+        yield handle, str(file), file.stat().st_size if stat.S_ISREG(mode) else None
 
 
-def write_output(path: str | None, produce: Callable[[TextIO], None]) -> None:
+def write_output(path: str | None, produce: Callable[[TextIO], None], files: AtomicWrites) -> None:
     """Call ``produce(stream)`` on a UTF-8 text stream to ``path``, or on stdout for ``None``/``-``.
 
-    A file is written with the one atomic writer (:func:`rapt_audit.api.files.write_atomic`): it
-    replaces ``path`` only when ``produce`` returns, so a failed run leaves earlier output as it was.
+    A file is written aside into ``files`` (:class:`rapt_audit.api.files.AtomicWrites`): it replaces
+    ``path`` when ``files`` is committed, with the sidecar, so a failed run leaves earlier output as it was.
 
     Standard output (``None``/``-``) and an existing FIFO are written into as the records come;
     a symbolic link keeps pointing at the new file (:mod:`rapt_audit.api.outputs`).
@@ -236,4 +250,4 @@ def write_output(path: str | None, produce: Callable[[TextIO], None]) -> None:
         stream.flush()
         stream.detach()  # the atomic writer closes the file itself
 
-    write_atomic(path, write)
+    files.write(path, write)

@@ -1,0 +1,128 @@
+"""The attacks of one run, each bounded and each kept: the runner's loop over its attacks.
+
+Every attack is fitted and scored inside its time limit (:mod:`~rapt_audit.pipeline.time_limits`); one
+that raises, breaks its contract or runs past the limit is recorded as an
+:class:`~rapt_audit.api.types.AttackFailure` naming it, and the others go on. A ``KeyboardInterrupt``
+(Ctrl-C, or SIGTERM as the command line turns it into one) ends the loop: the attacks that finished are
+returned with the others recorded as interrupted, so that the runner writes them (:func:`reusable` lets
+the same command reuse them and run only the missing ones).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from rapt_audit.api.files import package_code_digest
+from rapt_audit.api.plugins import ATTACKS, DEFENSES
+from rapt_audit.api.types import AttackFailure, Outcome, Skip
+from rapt_audit.pipeline.config import RunConfig
+from rapt_audit.pipeline.contracts import attack_failure, check_attack_result, unreadable_release
+from rapt_audit.pipeline.results import RESULT_FILE, read_result, signature_fields
+from rapt_audit.pipeline.time_limits import AttackTimedOut, attack_time_limit, timeout_message
+from rapt_audit.scoring.worst_case import WORST_CASE
+
+Log = Callable[[str], None]
+
+
+def interrupted_message(name: str) -> str:
+    """What a result written on an interrupt records for attack ``name``, unfinished or not started."""
+    return (f"attack {name!r} was interrupted (Ctrl-C or SIGTERM) before it finished; run the same command again "
+            "to run it (the attacks that finished are reused)")
+
+
+def run_attacks(attacks: Mapping[str, Any], *, run_one: Callable[[str, Any], Outcome], release_kinds: frozenset[str],
+                defense: str, reused: Mapping[str, Outcome], say: Log,
+                step: Callable[[], None]) -> tuple[dict[str, Outcome], KeyboardInterrupt | None]:
+    """Every attack's outcome, in order, and the interrupt that ended the loop early (``None``: none did).
+
+    Args:
+        attacks: Name → built attack.
+        run_one: Fits and scores one attack (name, attack), returning its outcome (:func:`bounded`).
+        release_kinds: What the defense's release holds (an attack that reads none of it is skipped).
+        defense: The defense's name, for a skip's reason.
+        reused: Outcomes of attacks that finished in an earlier, interrupted run of this cell (:func:`reusable`).
+        say: Progress lines.
+        step: Advances the progress bar by one attack.
+    """
+    outcomes: dict[str, Outcome] = {}
+    for name, attack in attacks.items():
+        step()
+        if name in reused:
+            say(f"attack {name}: reused, it finished in the earlier run of this cell")
+            outcomes[name] = reused[name]
+        elif (reason := unreadable_release(attack.requires, release_kinds, defense)) is not None:
+            outcomes[name] = Skip(reason)
+        else:
+            try:
+                say(f"attack {name}")
+                outcomes[name] = run_one(name, attack)
+            except KeyboardInterrupt as stop:  # keep what finished; the rest is marked for the next run
+                for rest in attacks:
+                    if rest not in outcomes:
+                        outcomes[rest] = reused.get(rest) or AttackFailure(interrupted_message(rest))
+                return outcomes, stop
+    return outcomes, None
+
+
+def bounded(name: str, attack: Any, *, fit: Callable[[], Any], score: Callable[[], Any], limit: float | None,
+            say: Log) -> Outcome:
+    """One attack's ``fit()`` then ``score()`` (its ``attack``, checked) inside its time limit ``limit``; a skip,
+    a failure or a stop at the limit as its outcome."""
+    method = "fit"
+    try:
+        with attack_time_limit(limit, name):
+            fit()
+            method = "attack"
+            return check_attack_result(name, score())
+    except Skip as skip:
+        return Skip(skip.reason)  # a fresh one: the raised one's traceback holds the attack's frames
+    except AttackTimedOut:  # raised inside the attack, so nothing of it runs on to write into the result
+        failure = AttackFailure(timeout_message(name, limit or 0.0))
+    except Exception as exc:  # noqa: BLE001 - one failing attack must not cost the other attacks' work
+        failure = attack_failure(name, method, exc, attack)
+    say(f"attack {name} failed (recorded; the other attacks go on): {failure.message}")
+    return failure
+
+
+def reusable(out: Path, config: RunConfig) -> dict[str, Outcome]:
+    """The outcomes a result in ``out`` holds for attacks that finished there, to reuse in this run of it.
+
+    Only a result that :func:`~rapt_audit.pipeline.runner.check_out_dir` found to be this cell and not finished
+    (some attacks failed or were interrupted) is read; an attack that finished there is reused when the same
+    code measured it (the code digest) and, for a third-party attack or defense, the same version: its
+    numbers are then what it would compute again, since every random choice derives from the seed.
+    ``--force`` reuses nothing.
+    """
+    path = out / RESULT_FILE
+    if config.force or not path.is_file():
+        return {}
+    existing = read_result(path)
+    if not config.matches(existing.config) or \
+            signature_fields(existing.signature).get("code") != package_code_digest()[:8]:
+        return {}
+    if existing.defense.get("origin", "") != DEFENSES.entry(config.defense).origin:
+        return {}
+    versions = existing.env.get("versions", {})
+    return {name: outcome for name, outcome in existing.attacks.items()
+            if name != WORST_CASE and not isinstance(outcome, AttackFailure) and name in ATTACKS
+            and _same_version(ATTACKS.entry(name).origin, versions)}
+
+
+def _same_version(origin: str, versions: Mapping[str, str]) -> bool:
+    """Whether a plugin of ``origin`` (``"dist version"``, empty for a built-in) is the one ``versions`` recorded."""
+    if not origin:
+        return True
+    dist, _, version = origin.rpartition(" ")
+    return versions.get(dist) == version
+
+
+def again(stop: KeyboardInterrupt, detail: str) -> KeyboardInterrupt:
+    """The interrupt ``stop`` again (SIGTERM stays SIGTERM for the exit status), saying ``detail``."""
+    try:
+        return type(stop)(detail)
+    except TypeError:  # an interrupt class that takes no message: raised as it came
+        return stop
+
+
+__all__ = ["again", "bounded", "interrupted_message", "reusable", "run_attacks"]
