@@ -73,11 +73,12 @@ class _SlowEntryPoint:
 
     def __init__(self, name: str, seconds: float, obj: Any = None) -> None:
         self.name, self.value, self.dist, self.seconds, self.obj = name, f"slowpkg.mod:{name}", _Dist(), seconds, obj
-        self.calls = 0
+        self.calls, self.finished = 0, False
 
     def load(self) -> Any:
         self.calls += 1
         time.sleep(self.seconds)
+        self.finished = True
         return self.obj
 
 
@@ -103,20 +104,18 @@ def slow_plugins(monkeypatch):
 def test_a_run_of_builtins_never_imports_a_third_party_plugin(tmp_path, slow_plugins):
     slow_defense, slow_attack = _SlowEntryPoint("slow", 30), _SlowEntryPoint("slow_attack", 30)
     slow_plugins(defenses=[slow_defense], attacks=[slow_attack])
-    t0 = time.perf_counter()
     code, _, err = _main(["run", "--defense", "identity", "--attacks", "random_guess", "--out",
                           str(tmp_path / "r"), *SMOKE])
     assert code == 0, err
-    assert slow_defense.calls == 0 and slow_attack.calls == 0
-    assert time.perf_counter() - t0 < 25
+    assert slow_defense.calls == 0 and slow_attack.calls == 0  # never imported, so never waited on
 
 
 def test_a_plugin_that_hangs_at_import_is_left_out_after_the_time_limit_naming_it(monkeypatch, slow_plugins):
     monkeypatch.setenv("RAPT_AUDIT_PLUGIN_TIMEOUT", "0.3")
-    slow_plugins(attacks=[_SlowEntryPoint("slow", 3, obj=FakeAttack)])
-    t0 = time.perf_counter()
+    slow = _SlowEntryPoint("slow", 30, obj=FakeAttack)
+    slow_plugins(attacks=[slow])
     code, printed, err = _main(["ls", "attacks", "--params"])
-    assert time.perf_counter() - t0 < 2.5
+    assert slow.calls == 1 and not slow.finished  # the command did not wait for the 30 s import
     assert code == 0 and "random_guess" in printed
     assert "attack plugin entry point 'slow' = 'slowpkg.mod:slow' of slowpkg 1.0 did not finish importing in 0.3 s" \
         in err
@@ -163,10 +162,8 @@ def test_an_attack_past_its_time_limit_is_recorded_failed_and_the_others_kept(tm
     register(ATTACKS, "hangs", NeverReturns)
     register(ATTACKS, "swallows", SwallowsErrors)
     out = tmp_path / "r"
-    t0 = time.perf_counter()
     code, _, err = _main(["run", "--defense", "identity", "--attacks", "hangs,random_guess,swallows",
                           "--out", str(out), *limit, *SMOKE])
-    assert time.perf_counter() - t0 < 20
     assert code == 3, err
     attacks = json.loads((out / "result.json").read_text())["attacks"]
     assert "failed" not in attacks["random_guess"]
@@ -201,10 +198,9 @@ def test_the_time_limit_stops_an_attack_outside_the_main_thread():
             caught.append(exc)
 
     thread = threading.Thread(target=busy)
-    t0 = time.perf_counter()
     thread.start()
-    thread.join(8)
-    assert not thread.is_alive() and caught and time.perf_counter() - t0 < 5
+    thread.join(8)  # the loop runs 10 s unless stopped
+    assert not thread.is_alive() and caught
 
 
 # ---------------------------------------------------------------- c. SIGTERM keeps the attacks that finished
