@@ -14,7 +14,7 @@ precision, recall and content privacy with their 95 % record-bootstrap intervals
 GLUE's SST-2 train file holds the phrases of each review sentence as well as the sentence, so records disjoint by
 row still share text: a victim-test record is often a phrase of a sentence the attacker trains on. With
 ``--text-disjoint`` every record is assigned to the first whole sentence that contains it (a record no longer
-record contains; `sst2_overlap.sentence_of`), and the attacker's parts keep only records of sentences no victim
+record contains; since issue #61 the record's `group`), and the attacker's parts keep only records of sentences no victim
 record belongs to, attacker valid (its first 500) and train taken sentence-disjoint as well. The script also
 prints how many victim-test records lie word for word inside an attacker-train record.
 """
@@ -29,8 +29,8 @@ from rapt_audit.api.params import make_plugin
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.types import AttackerData
 from rapt_audit.data import SplitSizes, load_dataset, make_splits
+from rapt_audit.data.overlap import inside
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
-from sst2_overlap import inside, sentence_of  # scripts/ is on the path when a script runs
 
 
 def attacker_parts(size: int, *, seed: int, text_disjoint: bool):
@@ -41,12 +41,12 @@ def attacker_parts(size: int, *, seed: int, text_disjoint: bool):
         return splits.victim_test, splits.attacker
     rest = len(dataset.records) - 2500
     splits = make_splits(dataset, SplitSizes(2000, 500, rest, 0), seed=seed)
-    group = sentence_of(dataset.records)
-    taken = {group[r.text] for r in splits.victim_train + splits.victim_test}
-    pool = [r for r in splits.attacker_train if group[r.text] not in taken]
+    # Each record's group is its review sentence (rapt_audit/data/sst2.py); make_splits keeps them apart since #61.
+    taken = {r.group for r in splits.victim_train + splits.victim_test}
+    pool = [r for r in splits.attacker_train if r.group not in taken]
     valid = tuple(pool[:500])
-    taken |= {group[r.text] for r in valid}
-    train = tuple(r for r in pool[500:] if group[r.text] not in taken)
+    taken |= {r.group for r in valid}
+    train = tuple(r for r in pool[500:] if r.group not in taken)
     if len(train) < size:
         raise SystemExit(f"only {len(train)} text-disjoint attacker records; ask for at most that many")
     return splits.victim_test, AttackerData(train[:size], valid)
@@ -61,7 +61,7 @@ def measure(size: int, *, seed: int, profile: str, text_disjoint: bool, ctx: Run
     fitted = attack.fit(attacker, defense, ctx=ctx)
     result = fitted.attack(defense.release(victim_test, ctx=ctx), victim_test, ctx=ctx)
     row: dict = {"attacker_train": size, "profile": profile, "text_disjoint": text_disjoint,
-                 "victim_test_inside_attacker_train": int(inside(victim_test, attacker.train).sum()),
+                 "victim_test_inside_attacker_train": sum(inside(victim_test, attacker.train)),
                  "seconds": round(time.perf_counter() - started, 1)}
     for name in ("content_f1", "content_prior_f1", "content_precision", "content_recall", "content_privacy"):
         m = result.metrics[name]

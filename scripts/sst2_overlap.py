@@ -24,7 +24,6 @@ its adjusted difference is what length and word mix leave unexplained, a control
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -32,36 +31,13 @@ from pathlib import Path
 import numpy as np
 
 from rapt_audit.data import SplitSizes, load_dataset, make_splits
+from rapt_audit.data.overlap import inside
 from rapt_audit.pipeline.config import profile_split_sizes
 from rapt_audit.pipeline.context import derive_seed
 from rapt_audit.scoring.content_tokens import content_tokens
 
 ATTACKS = ("bayes_inversion", "mlp_inversion", "whitebox", "ae_inversion", "bow_inversion")
 STRATA = (0, 2, 3, 4, 6)  # lower edges of the content-word-count strata
-
-
-def inside(victims, others) -> np.ndarray:
-    """For each of ``victims``, whether its text lies inside the text of one of ``others`` (whole words)."""
-    joined = "\n".join(f" {r.text} " for r in others)
-    return np.array([f" {v.text} " in joined for v in victims])
-
-
-def sentence_of(records) -> dict[str, int]:
-    """Each text → the index of the first whole sentence (a text inside no longer text) that contains it."""
-    whole: list[str] = []
-    joined, pending = "", []
-    for i, text in enumerate(sorted({r.text for r in records}, key=lambda s: (-len(s), s))):  # set order varies
-        if i % 2000 == 0:  # keep the string searched in large pieces
-            joined, pending = joined + "".join(pending), []
-        padded = f" {text} "
-        if padded not in joined and not any(padded in p for p in pending):
-            whole.append(text)
-            pending.append(f"\n{padded}")
-    joined = "".join(f"\n {text} " for text in whole)
-    starts = [0]
-    for text in whole[:-1]:
-        starts.append(starts[-1] + len(text) + 3)
-    return {r.text: bisect.bisect_right(starts, joined.find(f" {r.text} ")) - 1 for r in records}
 
 
 def marks(seed: int, profile: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -71,8 +47,8 @@ def marks(seed: int, profile: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     sizes = profile_split_sizes(profile, len(dataset.records), {})
     splits = make_splits(dataset, SplitSizes(**sizes), seed=derive_seed(seed, "splits"))
     strata = np.searchsorted(STRATA, [len(content_tokens(r.text)) for r in splits.victim_test], side="right") - 1
-    return (inside(splits.victim_test, splits.victim_train),
-            inside(splits.victim_test, splits.attacker_train + splits.attacker_valid), strata)
+    return (np.array(inside(splits.victim_test, splits.victim_train)),
+            np.array(inside(splits.victim_test, splits.attacker_train + splits.attacker_valid)), strata)
 
 
 def part_ratio(per_record: dict, mask: np.ndarray, weights: np.ndarray | None = None) -> float:

@@ -260,7 +260,7 @@ def test_column_keys_in_config(tmp_path):
 
 def test_column_key_errors():
     with pytest.raises(UnknownNameError, match=r"unknown data key 'txt'. Did you mean 'text'.*\(split sizes\); "
-                                               r"text, text_pair, label, attributes, entities, id \(columns"):
+                                               r"text, text_pair, label, attributes, entities, id, group \(columns"):
         build_config(sets=["dataset=r.csv", "data.txt=review"])
     with pytest.raises(UsageError, match=r"data.text name columns of your own.*'sst2' is not a path"):
         build_config(sets=["dataset=sst2", "data.text=review"])

@@ -1,13 +1,12 @@
 """Core data types and plugin protocols of rapt-audit.
 
-Everything that crosses a module boundary is one of the frozen dataclasses below, so that a
-defense, an attack, the runner and the report all speak the same small vocabulary:
+Everything that crosses a module boundary is one of the frozen dataclasses below, so that a defense, an
+attack, the runner and the report all speak the same small vocabulary:
 
-* :class:`Record` — one example of a dataset, with its private attributes and gold entities.
-* :class:`Release` — exactly what crosses the trust boundary (what the adversary observes).
-* :class:`Estimate` — a number with its confidence interval.
-* :class:`AttackResult` — what one attack measured against one release; :class:`Skip` — why a pair
-  did not run; :class:`AttackFailure` — an attack that raised or broke its contract.
+* :class:`Record` — one example of a dataset, with its private attributes and gold entities; :class:`Release` —
+  exactly what crosses the trust boundary (what the adversary observes); :class:`Estimate` — a number with its
+  confidence interval; :class:`AttackResult` — what one attack measured against one release; :class:`Skip` — why
+  a pair did not run; :class:`AttackFailure` — an attack that raised or broke its contract.
 * :class:`Defense` / :class:`Attack` — the plugin protocols (plain dataclasses satisfy them).
 
 This module must stay cheap to import: no torch, no transformers, no numpy at import time.
@@ -32,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 RELEASE_KINDS = frozenset({"texts", "token_embeddings", "sequence_embeddings"})
 
 
-def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:  # an immutable copy
     return MappingProxyType(dict(value or {}))
 
 
@@ -61,6 +60,7 @@ class Record:
         attributes: Private attributes (``gender``, ``age``...) as strings, for attribute inference.
         entities: Gold entity spans over ``text``, for the NER extraction attack.
         text_pair: Second text of a pair task (QQP), else ``None``.
+        group: What it is split with (review sentence, author, document; ``None``: itself), never in its uid.
     """
 
     uid: str
@@ -69,6 +69,7 @@ class Record:
     attributes: Mapping[str, str] = field(default_factory=dict)
     entities: tuple[Span, ...] = ()
     text_pair: str | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", _frozen_mapping(self.attributes))

@@ -7,6 +7,10 @@ them). :func:`make_splits` then cuts four disjoint parts from it for one run:
   measured and the release is attacked on the second;
 * ``attacker_train`` / ``attacker_valid`` — the adversary's auxiliary data: attacks train on the
   first and select epochs or thresholds on the second. Never the victim's test split.
+
+The parts are disjoint by *group* (``Record.group``: SST-2's review sentence, a blog's author, a CoNLL
+document), not only by row, and the victim test holds whole texts only (:mod:`~rapt_audit.data.overlap`), so no
+victim-test record lies word for word inside a record of another part (issue #61).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 from rapt_audit.api.errors import DataError
 from rapt_audit.api.registry import Registry
 from rapt_audit.api.types import AttackerData, Record
+from rapt_audit.data.overlap import group_key, testable_uids
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,10 +76,15 @@ class Dataset:
         """Whether the dataset has gold entity spans."""
         return bool(self.entity_labels)
 
+    @functools.cached_property
+    def testable(self) -> frozenset[str]:
+        """The uids a victim test may hold (:func:`~rapt_audit.data.overlap.testable_uids`), computed once."""
+        return testable_uids(self.records)
+
 
 @dataclass(frozen=True)
 class SplitSizes:
-    """How many records each part of a run gets (``None``: an equal share of what is left)."""
+    """How many records each part of a run gets (``None``: an equal share of the groups left, :func:`make_splits`)."""
 
     victim_train: int | None = None
     victim_test: int | None = None
@@ -121,37 +131,75 @@ def assert_disjoint(*parts: Sequence[Record]) -> None:
 
 
 def make_splits(dataset: Dataset, sizes: SplitSizes, *, seed: int) -> Splits:
-    """Cut seeded, disjoint victim and attacker parts from ``dataset``.
+    """Cut seeded victim and attacker parts from ``dataset``, disjoint by group (``Record.group``).
 
-    Records are shuffled once with ``seed``, then parts are taken in a fixed order. Parts with an
-    explicit size get at most that many records; parts left at ``None`` share what remains equally.
+    The groups (a record without one is its own group) are shuffled once with ``seed``; the parts with an
+    explicit size are filled first, in the order victim train, victim test, attacker train, attacker valid,
+    each from the groups not yet used, in the shuffled order, until it holds that many records. The parts
+    left at ``None`` then share the remaining groups equally (as many groups each), so with one record per
+    group and every size given, or none, the cut is the row cut of before. A group goes to one part only:
+    the group that would overflow a part gives it the records that fit (the first, in dataset order) and the
+    rest of that group is left out of the run, never put in another part. The victim test takes only the
+    records :attr:`Dataset.testable` names (whole texts; SST-2: its whole sentences) — a group's other records
+    are left out — and passes over the groups that have none, which stay for the parts after it.
 
     Raises:
         DataError: when the dataset cannot provide the requested sizes.
     """
     import numpy as np  # lazy (numpy)
 
-    order = np.random.default_rng(seed).permutation(len(dataset.records))
-    records = [dataset.records[i] for i in order]
+    groups: dict[tuple[bool, str], list[Record]] = {}
+    for record in dataset.records:
+        groups.setdefault(group_key(record), []).append(record)
+    members = list(groups.values())
+    queue = [members[i] for i in np.random.default_rng(seed).permutation(len(members))]
     names = ("victim_train", "victim_test", "attacker_train", "attacker_valid")
     requested = {n: getattr(sizes, n) for n in names}
     fixed = sum(v for v in requested.values() if v is not None)
     open_parts = [n for n in names if requested[n] is None]
-    if fixed > len(records) or (open_parts and fixed >= len(records)):
-        _too_large(dataset.name, len(records), requested)
-    share = (len(records) - fixed) // len(open_parts) if open_parts else 0
+    if fixed > len(dataset.records) or (open_parts and fixed >= len(dataset.records)):
+        _too_large(dataset.name, len(dataset.records), requested)
+    testable = dataset.testable
+    if requested["victim_test"] is not None and requested["victim_test"] > len(testable):
+        raise SplitSizeError(
+            f"dataset {dataset.name!r} has {len(testable)} records a victim test may hold (whole texts, each in "
+            f"one group) but data.victim_test={requested['victim_test']}; lower it with --set "
+            f"data.victim_test=N", "victim_test")
     parts: dict[str, tuple[Record, ...]] = {}
-    start = 0
-    for n in names:
-        count = requested[n] if requested[n] is not None else share
-        parts[n] = tuple(records[start:start + count])
-        start += count
+    for n in (n for n in names if requested[n] is not None):
+        parts[n], queue = _fill(queue, requested[n], testable if n == "victim_test" else None)
+    share = len(queue) // len(open_parts) if open_parts else 0
+    for n in open_parts:
+        # An open part takes ``share`` groups; the victim test passes over those it cannot test.
+        parts[n], queue = _fill(queue, None, testable if n == "victim_test" else None, groups=share)
     for n in ("victim_train", "victim_test", "attacker_train"):
         if not parts[n]:
             raise DataError(f"split {n} of dataset {dataset.name!r} is empty; give it a positive size")
-    splits = Splits(**parts)
+    splits = Splits(**{n: parts[n] for n in names})
     assert_disjoint(splits.victim_train, splits.victim_test, splits.attacker_train, splits.attacker_valid)
     return splits
+
+
+def _fill(queue: list[list[Record]], size: int | None, keep: frozenset[str] | None, *,
+          groups: int = 0) -> tuple[tuple[Record, ...], list[list[Record]]]:
+    """Take whole groups from the front of ``queue`` until ``size`` records (or ``groups`` groups when ``size`` is
+    None); the part, and the groups left. ``keep``: the only records the part may hold; a group with none of them
+    is passed over and stays in the queue."""
+    taken: list[Record] = []
+    left: list[list[Record]] = []
+    used = 0
+    for position, group in enumerate(queue):
+        full = len(taken) >= size if size is not None else used >= groups
+        if full:
+            return tuple(taken), left + queue[position:]
+        members = group if keep is None else [r for r in group if r.uid in keep]
+        if not members:
+            left.append(group)
+            continue
+        room = len(members) if size is None else size - len(taken)
+        taken.extend(members[:room])  # the rest of a group that overflows is left out of the run
+        used += 1
+    return tuple(taken), left
 
 
 def _too_large(name: str, n_records: int, requested: Mapping[str, int | None]) -> None:
@@ -202,11 +250,13 @@ class SplitFiles:
         name: The dataset's registry name, also its folder.
         read: Parses one split file into records with uids unique across splits.
         card: What ``catalog.toml`` says of the dataset (splits, suffix, summary, source, notes...).
+        regroup: Gives every split's records, read, their groups where a group spans files (SST-2's sentences).
     """
 
     name: str
     read: Callable[[Path, str], list[Record]]
     card: Mapping[str, Any]
+    regroup: Callable[[list[Record]], list[Record]] | None = None
 
     @property
     def summary(self) -> str:
@@ -230,6 +280,8 @@ class SplitFiles:
             part = self.read(path, split)
             counts[split] = len(part)
             records.extend(part)
+        if self.regroup is not None:
+            records = self.regroup(records)
         return Dataset(name=self.name, records=tuple(records), fingerprint=fingerprint_files(paths),
                        source=f"{card['source']} from {paths[0].parent}", task=card.get("task", ""),
                        label_names=tuple(card.get("label_names", ())),
@@ -243,9 +295,11 @@ def catalog() -> Mapping[str, Mapping[str, Any]]:
     return tomllib.loads(resources.files(__package__).joinpath("catalog.toml").read_text(encoding="utf-8"))
 
 
-def register_split_files(name: str, read: Callable[[Path, str], list[Record]]) -> SplitFiles:
-    """Register dataset ``name`` as ``catalog.toml`` describes it, its split files parsed by ``read``."""
-    loader = SplitFiles(name, read, catalog()[name])
+def register_split_files(name: str, read: Callable[[Path, str], list[Record]], *,
+                         regroup: Callable[[list[Record]], list[Record]] | None = None) -> SplitFiles:
+    """Register dataset ``name`` as ``catalog.toml`` describes it, its split files parsed by ``read`` (and its
+    records given groups that span files by ``regroup``, :class:`SplitFiles`)."""
+    loader = SplitFiles(name, read, catalog()[name], regroup)
     DATASETS.add(name, loader, tags=tuple(loader.card["tags"]))
     return loader
 

@@ -11,8 +11,9 @@ Attributes are per **author**: ``gender`` (1 = female in ``users404``, spelled o
 and ``age`` in 6 equal-frequency bins computed over the posts (edges in ``notes["age_bin_edges"]``).
 Because every post of an author shares both labels, a record-level split lets an attacker
 memorise authors: the author of each post is kept out of the attributes (it is not a private
-attribute to infer) but is recorded in ``notes["author_by_uid"]`` and in the uid itself
-(``blogs/<user_id>/<message_id>``) so that runs can split by author.
+attribute to infer) but is each post's group (``Record.group``, ``blogs/<user_id>``), so a run's parts are
+disjoint by author (:func:`~rapt_audit.data.base.make_splits`); it is also in ``notes["author_by_uid"]``
+and in the uid (``blogs/<user_id>/<message_id>``).
 
 Posts keep their full text (median about 1k characters, a few over 10k): truncating is the job
 of whatever model consumes them. Only the outer whitespace the corpus extraction left around every
@@ -88,7 +89,7 @@ def load(data_dir: Path | None) -> Dataset:
             authors[uid] = post["user_id"]
             rows.append((uid, text, gender_codes[user["gender"]], int(user["age"])))
     edges, labels = equal_frequency_bins([age for *_, age in rows])
-    records = tuple(Record(uid=uid, text=text,
+    records = tuple(Record(uid=uid, text=text, group=f"blogs/{authors[uid]}",
                            attributes={"gender": gender, "age": assign_bin(age, edges, labels)})
                     for uid, text, gender, age in rows)
     return Dataset(
@@ -102,8 +103,8 @@ def load(data_dir: Path | None) -> Dataset:
                                "bins are equal-frequency over posts, not authors",
                "n_authors": len(set(authors.values())), "author_by_uid": authors,
                "skipped_empty": empty, "skipped_duplicates": duplicates,
-               "caveats": "gender and age are per author: split by author (uid blogs/<user_id>/<message_id>, "
-                          "notes['author_by_uid']) or the attacker can memorise authors; the corpus has age "
+               "caveats": "gender and age are per author: runs split by author (each post's group) so the "
+                          "attacker cannot memorise authors; the corpus has age "
                           "groups 13-17, 23-27 and 33-48 with gaps at 18-22 and 28-32; long posts are kept "
                           "in full (truncate in the consumer); urlLink / &nbsp; artefacts are kept"},
     )

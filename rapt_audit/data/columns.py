@@ -16,6 +16,8 @@ How values become a :class:`Record`:
 * ``entities`` — a list of ``{"start", "end", "label"}`` objects (``[start, end, label]`` triples
   also work), or in CSV a JSON string of one; character offsets ``[start, end)`` into the text.
 * ``id`` — a stable uid per row (unique); without it a uid is ``<name>/<row>``.
+* ``group`` — what the rows are split by (an author, a document, a conversation): rows of one group all go
+  to one part of a run; a missing cell makes the row its own group. Without it every row is its own group.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from rapt_audit.data.files import Table, read_table
 from rapt_audit.data.trustpilot import assign_bin, equal_frequency_bins
 
 #: The ``data.*`` keys that name columns of a file dataset (all others are split sizes).
-COLUMN_KEYS = ("text", "text_pair", "label", "attributes", "entities", "id")
+COLUMN_KEYS = ("text", "text_pair", "label", "attributes", "entities", "id", "group")
 TEXT_DEFAULTS = ("text", "sentence")
 LABEL_DEFAULT = "label"
 #: A numeric attribute with more distinct whole numbers than this is cut into this many bins.
@@ -90,12 +92,13 @@ class Columns:
     attributes: tuple[str, ...] = ()
     entities: str | None = None
     id: str | None = None
+    group: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (notes and fingerprint): only the keys in use."""
         return {k: v for k, v in (("text", self.text), ("text_pair", self.text_pair), ("label", self.label),
                                   ("attributes", list(self.attributes)), ("entities", self.entities),
-                                  ("id", self.id)) if v}
+                                  ("id", self.id), ("group", self.group)) if v}
 
 
 def resolve_columns(table: Table, args: Mapping[str, str]) -> Columns:
@@ -126,7 +129,7 @@ def resolve_columns(table: Table, args: Mapping[str, str]) -> Columns:
                             f"Columns present: {', '.join(present)}. Name the text column with --set "
                             f"data.text=COLUMN{hint}.")
     label = args.get("label", LABEL_DEFAULT if LABEL_DEFAULT in table.columns else "")
-    optional = {k: need(k, args[k]) if args.get(k) else None for k in ("text_pair", "entities", "id")}
+    optional = {k: need(k, args[k]) if args.get(k) else None for k in ("text_pair", "entities", "id", "group")}
     attributes = tuple(need("attributes", a) for a in args.get("attributes", "").split(",") if a)
     return Columns(text=text, label=need("label", label) if label else None, attributes=attributes, **optional)
 
@@ -173,8 +176,11 @@ def load_file_dataset(path: str | Path, columns: Mapping[str, Any] | None = None
     pairs = _pairs(table, cols.text_pair, keep)
     entities = _entities(table, cols.entities, cols.text, keep)
     uids = _uids(table, cols.id, keep, name)
-    records = tuple(Record(uid=uid, text=texts[i], label=label, attributes=attrs, entities=spans, text_pair=pair)
-                    for uid, i, label, attrs, spans, pair in zip(uids, keep, labels, attributes, entities, pairs))
+    groups = _scalars(table, cols.group, "group", keep) if cols.group else [None] * len(keep)
+    records = tuple(Record(uid=uid, text=texts[i], label=label, attributes=attrs, entities=spans, text_pair=pair,
+                           group=group)
+                    for uid, i, label, attrs, spans, pair, group in zip(uids, keep, labels, attributes, entities,
+                                                                         pairs, groups))
     entity_labels = tuple(sorted({s.label for r in records for s in r.entities}))
     if cols.entities:
         notes["records_with_entities"] = sum(bool(r.entities) for r in records)

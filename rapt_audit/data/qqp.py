@@ -3,6 +3,10 @@
 GLUE QQP was not obtainable (see ``qqp/SOURCE.md``); the shared data holds the BiMPM split instead:
 two header-less TSV files with the columns ``is_duplicate, question1, question2, pair_id``. The
 questions are CoreNLP-tokenised and kept exactly as they are.
+
+Each pair is its own group: the files carry no question id nor user id (``pair_id`` names the pair). A
+question that recurs in another pair is a copy held by two groups, which the split never tests
+(:func:`~rapt_audit.data.base.make_splits` tests whole texts held by one group only).
 """
 
 from __future__ import annotations

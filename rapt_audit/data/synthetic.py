@@ -112,6 +112,7 @@ def _make_record(index: int, rng: random.Random, gender: str, age: str, label: i
     else:
         b.add(person, "PER").add(f" told {partner} about ").add(company, "ORG").add(f", so I ordered {product} ")
         b.add(f"{stage}. Shipping from ").add(place, "LOC").add(f" was {very} {adjective}. {verdict}")
+    # Each record is its own group: the generator draws every text independently, with no author or document.
     return Record(uid=f"synthetic/{index}", text=b.text, label=label,
                   attributes={"gender": gender, "age": age}, entities=tuple(b.spans))
 

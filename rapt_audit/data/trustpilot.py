@@ -92,10 +92,13 @@ def rapt_age_bin(birth_year: int) -> str:
 _Row = tuple[str, str, int | None, str, int, dict[str, str]]
 
 
-def _with_age_bins(rows: list[_Row]) -> tuple[list[Record], list[int], list[str]]:
-    """Turn ``(uid, text, label, gender, age, extra_attributes)`` rows into records with ``age`` bins."""
+def _with_age_bins(rows: list[_Row],
+                   authors: dict[str, str] | None = None) -> tuple[list[Record], list[int], list[str]]:
+    """Turn ``(uid, text, label, gender, age, extra_attributes)`` rows into records with ``age`` bins, each grouped
+    by its author where ``authors`` (uid → user id) knows it, else its own group."""
     edges, labels = equal_frequency_bins([row[4] for row in rows])
-    records = [Record(uid=uid, text=text, label=label,
+    author = authors or {}
+    records = [Record(uid=uid, text=text, label=label, group=f"author/{author[uid]}" if uid in author else None,
                       attributes={"gender": gender, "age": assign_bin(age, edges, labels), **extra})
                for uid, text, label, gender, age, extra in rows]
     return records, edges, labels
@@ -120,6 +123,8 @@ def load(data_dir: Path | None) -> Dataset:
             before = len(rows)
             for i, row in enumerate(reader):
                 if row["text"].strip():
+                    # No user id in TP-US: each review is its own group; a review copied under two rows
+                    # is never tested (make_splits tests whole texts held by one group only).
                     rows.append((f"trustpilot/{split}/{i}", row["text"], None,
                                  _GENDER_CODES[row["gender"]], int(row["age"]), {}))
             counts[split] = len(rows) - before
@@ -154,6 +159,7 @@ def load_uk(data_dir: Path | None) -> Dataset:
         blocks = [b for b in path.read_text(encoding="utf-8").split("\n\n") if b.strip()]
         for i, block in enumerate(blocks):
             tokens = [line.split("\t")[0] for line in block.split("\n") if line.strip()]
+            # No user id either: each sentence is its own group.
             records.append(Record(uid=f"trustpilot_uk/{age}-{region.split('_')[0]}-{gender}/{i}",
                                   text=" ".join(tokens),
                                   attributes={"gender": _GENDER_CODES[gender],
@@ -229,7 +235,7 @@ def load_tp_uk_jsonl(path: str | Path, *, name: str = "tp_uk_raw") -> Dataset:
             rows.append((uid, text, rating - 1, gender, year - birth, {"age_rapt": rapt_age_bin(birth)}))
     if not rows:
         raise DataError(f"{path}: no usable review (each needs text, a 1-5 rating, gender, birth_year and a date)")
-    records, edges, labels = _with_age_bins(rows)
+    records, edges, labels = _with_age_bins(rows, authors)  # attributes are per author: split by author
     return Dataset(
         name=name, records=tuple(records), label_names=RATING_NAMES, task="rating (1-5 stars)",
         attribute_values={"gender": GENDERS, "age": tuple(labels), "age_rapt": tuple(b[0] for b in RAPT_BINS)},
@@ -238,7 +244,7 @@ def load_tp_uk_jsonl(path: str | Path, *, name: str = "tp_uk_raw") -> Dataset:
         notes={"protocol": "tp-uk-raw-www2015", "age_bin_edges": edges, "age_bin_rule": _BIN_RULE,
                "age_rapt_rule": "inclusive birth-year ranges; 1955 falls in born_<=1955",
                "skipped_reviews": skipped, "n_authors": len(set(authors.values())), "author_by_uid": authors,
-               "caveats": "labels are per author: split by author (notes['author_by_uid']) to avoid leakage; "
+               "caveats": "labels are per author: runs split by author (each review's group) to avoid leakage; "
                           "ages come from self-reported birth years and may be implausible"})
 
 

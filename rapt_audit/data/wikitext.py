@@ -28,13 +28,18 @@ def split_sentences(paragraph: str) -> list[str]:
 
 
 def read_split(path: Path, split: str) -> list[Record]:
-    """Records with uids ``wikitext2/<split>/<line>/<sentence>`` (0-based line and sentence numbers)."""
+    """Records with uids ``wikitext2/<split>/<line>/<sentence>`` (0-based line and sentence numbers).
+
+    A sentence's group is its paragraph (``wikitext2/<split>/<line>``): public text, so no attack is about a
+    person, but sentences of one paragraph repeat its words and names, and stay in one part of a run.
+    """
     records: list[Record] = []
     for line_no, line in enumerate(path.read_text(encoding="utf-8").split("\n")):
         if not line.strip() or _HEADING.match(line):
             continue
         for k, sentence in enumerate(split_sentences(line)):
-            records.append(Record(uid=f"wikitext2/{split}/{line_no}/{k}", text=sentence))
+            records.append(Record(uid=f"wikitext2/{split}/{line_no}/{k}", text=sentence,
+                                  group=f"wikitext2/{split}/{line_no}"))
     return records
 
 
