@@ -291,6 +291,18 @@ def _regular_bytes(path: Path, source: str) -> bytes:
         raise DocumentError(source, f"cannot be read ({exc.strerror or exc})") from None
 
 
+def parse_seconds(value: Any, *, key: str, fix: str) -> float:
+    """A time limit in seconds: a positive number (``inf``: none), from text or a number.
+
+    Raises:
+        UsageError: when it is not a positive number, naming ``key`` and ``fix`` (how to set it).
+    """
+    seconds = parse_float(value, key=key) if isinstance(value, str) else float(value)
+    if not seconds > 0:
+        raise UsageError(f"{key}={value!r} must be a positive number of seconds (inf: no limit); {fix}")
+    return seconds
+
+
 def read_document(path: str | os.PathLike[str], *, source: str, fmt: str | None = None) -> tuple[str, Any]:
     """The text of the TOML or JSON file ``path`` and what it holds: the one reader of every such file.
 
@@ -338,4 +350,4 @@ TOMLDecodeError = tomllib.TOMLDecodeError
 
 __all__ = ["DocumentError", "FloatRangeError", "INFINITY_SPELLINGS", "MAX_DEPTH", "MAX_FILE_BYTES", "MAX_SEED",
            "TOMLDecodeError", "TextDecodeError", "check_seed", "decode_text", "loads_json", "loads_toml", "parse_float",
-           "read_document", "repeated", "to_float"]
+           "parse_seconds", "read_document", "repeated", "to_float"]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.parsing import parse_float
+from rapt_audit.api.parsing import parse_seconds
 from rapt_audit.api.params import plugin_fields, undecorated_parameters
 from rapt_audit.api.registry import Registry
 from rapt_audit.api.threat import declared_threat_model, threat_model_problem
@@ -200,11 +200,7 @@ def _plugin_timeout() -> float:
     text = os.environ.get(PLUGIN_TIMEOUT_ENV, "").strip()
     if not text:
         return DEFAULT_PLUGIN_TIMEOUT
-    value = parse_float(text, key=PLUGIN_TIMEOUT_ENV)
-    if not value > 0:
-        raise UsageError(f"{PLUGIN_TIMEOUT_ENV}={text!r} must be a positive number of seconds (default "
-                         f"{DEFAULT_PLUGIN_TIMEOUT:g}; inf waits for ever)")
-    return value
+    return parse_seconds(text, key=PLUGIN_TIMEOUT_ENV, fix=f"unset it for the default, {DEFAULT_PLUGIN_TIMEOUT:g} s")
 
 
 def _import(ep: Any, timeout: float) -> Any:

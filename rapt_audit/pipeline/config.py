@@ -139,9 +139,14 @@ class RunConfig:
 
         The settings are canonical (:func:`canonical_settings`): ``--defense t2t`` and ``--set eta=1e2`` are one
         cell. ``precision=auto`` is left out (it resolves per machine, as ``device`` does); an explicit ``fp32``
-        or ``bf16`` is in.
+        or ``bf16`` is in. Computed once per configuration (it builds the plugins): a sweep's index hashes every
+        cell again after each cell finishes.
         """
-        return settings_id(self.to_dict())
+        known = self.__dict__.get("_cell_id")
+        if known is None:
+            known = settings_id(self.to_dict())
+            object.__setattr__(self, "_cell_id", known)  # frozen: a cache, not a field (to_dict and == ignore it)
+        return known
 
     def spelling_id(self) -> str:
         """The hash of the settings as given, not canonical (what :meth:`cell_id` was before issue #60): it labels

@@ -22,8 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from rapt_audit.api.errors import UsageError
-from rapt_audit.api.parsing import parse_float
+from rapt_audit.api.parsing import parse_seconds
 
 #: Seconds between the raises after the first, for an attack that caught the first one.
 _AGAIN_S = 1.0
@@ -42,10 +41,8 @@ def check_attack_timeout(value: Any) -> float | None:
     """
     if value is None:
         return None
-    seconds = parse_float(value, key="attack_timeout") if isinstance(value, str) else float(value)
-    if not seconds > 0:
-        raise UsageError(f"attack_timeout={value!r} must be a positive number of seconds (or inf: no limit); "
-                         "set it with --attack-timeout SECONDS or --set attack_timeout=SECONDS")
+    seconds = parse_seconds(value, key="attack_timeout",
+                            fix="set it with --attack-timeout SECONDS or --set attack_timeout=SECONDS")
     return None if math.isinf(seconds) else seconds
 
 
