@@ -51,21 +51,33 @@ def test_rerun_reuses_and_other_run_is_refused(tmp_path, capsys):
     assert (out / "result.json").read_bytes() == first  # nothing lost
 
 
-def test_a_result_measured_by_other_code_is_reused_with_a_warning_and_measured_again_with_force(tmp_path, monkeypatch):
-    from rapt_audit.pipeline import runner
+def test_a_result_measured_by_other_code_has_its_stale_stages_measured_again(tmp_path, monkeypatch):
+    """Issue #62: a result other code measured is no longer reused as it is (with a warning) but has the
+    stages that code changed run again; the same code reuses it without a word."""
+    from rapt_audit.api.components import CellCode
+    from rapt_audit.pipeline import stage_reuse
 
     out = tmp_path / "run"
     assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
-    first = (out / "result.json").read_bytes()
+    first = json.loads((out / "result.json").read_text())
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same code: reused without a word
         assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
-    monkeypatch.setattr(runner, "package_code_digest", lambda: "0123abcd" * 8)  # an upgrade since
-    with pytest.warns(UserWarning, match=r"other code measured \(code:[0-9a-f]{8}; this is code:0123abcd\).*--force"):
-        assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
-    assert (out / "result.json").read_bytes() == first  # kept: never overwritten unasked
-    assert main(RUN + ["--dataset", "synthetic", "--out", str(out), "--force"]) == 0
-    assert "|code:0123abcd|" in json.loads((out / "result.json").read_text())["signature"]  # measured by this code
+    assert json.loads((out / "result.json").read_text()) == first
+    real = stage_reuse.current_code
+
+    def upgraded(defense, attacks):  # a change to random_guess's code since
+        here = real(defense, attacks)
+        return CellCode(core=here.core, defense=here.defense, package=here.package,
+                        attacks={**here.attacks, "random_guess": "0123abcd" * 2})
+
+    monkeypatch.setattr(stage_reuse, "current_code", upgraded)
+    assert main(RUN + ["--dataset", "synthetic", "--out", str(out)]) == 0
+    again = json.loads((out / "result.json").read_text())
+    assert again["env"]["code"]["attacks"]["random_guess"] == "0123abcd" * 2
+    assert again["env"]["reused_stages"] == ["utility"]  # the defense is unchanged: its utility kept
+    assert again["utility"] == first["utility"] and again["attacks"] == first["attacks"]  # one seed, one number
+    assert again["signature"] != first["signature"]  # the attacks' code is the table's: code: moved
 
 
 @pytest.mark.parametrize(("argv", "message"), [

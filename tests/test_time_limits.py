@@ -248,4 +248,4 @@ def test_sigterm_keeps_the_finished_attacks_and_the_rerun_runs_only_the_missing(
     assert calls == {"first": 1, "stopped": 1, "never_started": 1}
     result = json.loads((out / "result.json").read_text())
     assert all("failed" not in o for o in result["attacks"].values())
-    assert result["env"]["reused_attacks"] == ["first"]
+    assert "attack.first" in result["env"]["reused_stages"] and "attack.stopped" not in result["env"]["reused_stages"]

@@ -235,11 +235,13 @@ def class_modules(cls: type) -> tuple[str, ...]:
                                                                                        "abc")))
 
 
+@functools.lru_cache(maxsize=None)  # the code does not change under a running process
 def core_digest() -> str:
     """The core's digest: what :data:`CORE_MODULE` imports."""
     return digest_files(module_files(CORE_MODULE))
 
 
+@functools.lru_cache(maxsize=None)
 def plugin_digest(cls: type, origin: str = "") -> str:
     """A defense's or attack's digest: the code its class and base classes import; ``origin``
     (``"dist version"`` of a third-party plugin, empty for a built-in) joins it."""
@@ -296,7 +298,8 @@ class CellCode:
         """
         if self.legacy:
             same = self.legacy[:8] == here.package[:8]
-            return Staleness() if same else Staleness(core=True, defense=True, attacks=frozenset(here.attacks))
+            return Staleness() if same else Staleness(core=True, defense=True, attacks=frozenset(here.attacks),
+                                                      legacy=self.legacy[:8])
         core = self.core != here.core
         defense = core or self.defense != here.defense
         attacks = frozenset(n for n, d in here.attacks.items() if defense or self.attacks.get(n) != d)
@@ -310,12 +313,17 @@ class Staleness:
     core: bool = False
     defense: bool = False
     attacks: frozenset[str] = frozenset()
+    #: The one digest of a cell signed before issue #62 that the code here does not match ("" otherwise).
+    legacy: str = ""
 
     def __bool__(self) -> bool:
         return self.core or self.defense or bool(self.attacks)
 
     def components(self) -> list[str]:
-        """The stale components by name (``core``; else ``defense`` and ``attack:NAME``), for a listing."""
+        """The stale components by name (``all`` for a cell of one digest, ``core``; else ``defense`` and
+        ``attack:NAME``), for a listing."""
+        if self.legacy:
+            return [f"{ALL} (code:{self.legacy}, one digest for everything)"]
         if self.core:
             return ["core"]
         return (["defense"] if self.defense else []) + [f"attack:{n}" for n in sorted(self.attacks)]

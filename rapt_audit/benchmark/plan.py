@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,6 +32,7 @@ from rapt_audit.pipeline.cell_limit import count_cells as count_product
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.contracts import unreadable_release
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result, why_unreadable
+from rapt_audit.pipeline.stage_reuse import cell_code, stored_stages
 from rapt_audit.pipeline.sweep import Cell, cell_name
 
 #: The attack a task-only cell runs: a run needs one, and the attacker's prior costs nothing.
@@ -185,7 +186,14 @@ def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
     for cell, result in zip(cells, results):
         if result is not None:
             wall = result.env.get("wall_time_s")
-            costs.append(CellCost("complete", 0.0, f"reused (took {wall} s)"))
+            reused = stored_stages(result, cell_code(cell.cell.config))
+            if not reused.stale:
+                costs.append(CellCost("complete", 0.0, f"reused (took {wall} s)"))
+                continue
+            # Only the stale stages run again: what the cell took, less the stored seconds of what it keeps.
+            left = max(float(wall or 0.0) - sum(reused.timings.values()), 0.0)
+            costs.append(CellCost("stale", left, f"stale ({', '.join(reused.stale)}): those stages run again, "
+                                                 f"about {duration(left)} of the {wall} s it took"))
             continue
         seen = similar.get((cell.defense, cell.dataset))
         if seen:
@@ -205,6 +213,16 @@ def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
     return costs
 
 
+def stale_summary(sources: Iterable[str]) -> str:
+    """``core 12, attack:bayes_inversion 40``: how many stale cells each component makes stale (from the
+    ``stale (…)`` sources :func:`estimate_costs` writes)."""
+    counts: dict[str, int] = {}
+    for source in sources:
+        for component in source.partition("(")[2].partition(")")[0].split(", "):
+            counts[component] = counts.get(component, 0) + 1
+    return ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
 def dry_run_text(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, jobs: int = 1,
                  problems: Sequence[str] = (), notes: Sequence[str] = ()) -> str:
     """The dry run's listing: the benchmark, every cell with its status and estimated cost, the total, then
@@ -221,16 +239,20 @@ def dry_run_text(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, job
     lines += [f"{len(cells)} cells in {out}:", f"  {'cell':<{width}}  {'status':<8}  {'cost':>7}  estimated from"]
     for cell, cost in zip(cells, costs):
         lines.append(f"  {cell.name:<{width}}  {cost.status:<8}  {duration(cost.seconds):>7}  {cost.source}")
-    todo = [c for c in costs if c.status == "pending"]
+    todo = [c for c in costs if c.status in ("pending", "stale")]
     total = sum(c.seconds for c in todo)
     share = f"; with --jobs {jobs}, about {duration(total / jobs)}" if jobs > 1 else ""
-    lines.append(f"total: {len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run, about "
+    stale = [c for c in costs if c.status == "stale"]
+    lines.append(f"total: {len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run "
+                 f"({len(stale)} of them stale: other code measured them), about "
                  f"{duration(total)} one after another{share}")
+    if stale:
+        lines.append("stale by component: " + stale_summary(c.source for c in stale))
     lines += [f"note: {n}" for n in notes] + [f"problem: {p}" for p in problems]
     lines.append("dry run: nothing was run or written" + (" (fix the problems above first)" if problems else
                                                            " (drop --dry-run to run it)"))
     return "\n".join(lines)
 
 
-__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "count_cells", "datasets_of", "dry_run_text",
+__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "count_cells", "datasets_of", "dry_run_text", "stale_summary",
            "estimate_costs", "finished", "not_applicable_reason", "plan_cells", "profile_costs"]

@@ -4,23 +4,17 @@ Every attack is fitted and scored inside its time limit (:mod:`~rapt_audit.pipel
 that raises, breaks its contract or runs past the limit is recorded as an
 :class:`~rapt_audit.api.types.AttackFailure` naming it, and the others go on. A ``KeyboardInterrupt``
 (Ctrl-C, or SIGTERM as the command line turns it into one) ends the loop: the attacks that finished are
-returned with the others recorded as interrupted, so that the runner writes them (:func:`reusable` lets
-the same command reuse them and run only the missing ones).
+returned with the others recorded as interrupted, so that the runner writes them (:mod:`~rapt_audit.pipeline.stage_reuse`
+lets the same command reuse them and run only the missing ones).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rapt_audit.api.files import package_code_digest
-from rapt_audit.api.plugins import ATTACKS, DEFENSES
 from rapt_audit.api.types import AttackFailure, Outcome, Skip
-from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.contracts import attack_failure, check_attack_result, unreadable_release
-from rapt_audit.pipeline.results import RESULT_FILE, read_result, signature_fields
 from rapt_audit.pipeline.time_limits import AttackTimedOut, attack_time_limit, timeout_message
-from rapt_audit.scoring.worst_case import WORST_CASE
 
 Log = Callable[[str], None]
 
@@ -41,7 +35,8 @@ def run_attacks(attacks: Mapping[str, Any], *, run_one: Callable[[str, Any], Out
         run_one: Fits and scores one attack (name, attack), returning its outcome (:func:`bounded`).
         release_kinds: What the defense's release holds (an attack that reads none of it is skipped).
         defense: The defense's name, for a skip's reason.
-        reused: Outcomes of attacks that finished in an earlier, interrupted run of this cell (:func:`reusable`).
+        reused: Outcomes of attacks that finished in an earlier run of this cell on unchanged code
+            (:func:`~rapt_audit.pipeline.stage_reuse.stored_stages`).
         say: Progress lines.
         step: Advances the progress bar by one attack.
     """
@@ -49,7 +44,7 @@ def run_attacks(attacks: Mapping[str, Any], *, run_one: Callable[[str, Any], Out
     for name, attack in attacks.items():
         step()
         if name in reused:
-            say(f"attack {name}: reused, it finished in the earlier run of this cell")
+            say(f"attack {name}: reused, it finished in an earlier run of this cell on the same code")
             outcomes[name] = reused[name]
         elif (reason := unreadable_release(attack.requires, release_kinds, defense)) is not None:
             outcomes[name] = Skip(reason)
@@ -85,38 +80,6 @@ def bounded(name: str, attack: Any, *, fit: Callable[[], Any], score: Callable[[
     return failure
 
 
-def reusable(out: Path, config: RunConfig) -> dict[str, Outcome]:
-    """The outcomes a result in ``out`` holds for attacks that finished there, to reuse in this run of it.
-
-    Only a result that :func:`~rapt_audit.pipeline.runner.check_out_dir` found to be this cell and not finished
-    (some attacks failed or were interrupted) is read; an attack that finished there is reused when the same
-    code measured it (the code digest) and, for a third-party attack or defense, the same version: its
-    numbers are then what it would compute again, since every random choice derives from the seed.
-    ``--force`` reuses nothing.
-    """
-    path = out / RESULT_FILE
-    if config.force or not path.is_file():
-        return {}
-    existing = read_result(path)
-    if not config.matches(existing.config) or \
-            signature_fields(existing.signature).get("code") != package_code_digest()[:8]:
-        return {}
-    if existing.defense.get("origin", "") != DEFENSES.entry(config.defense).origin:
-        return {}
-    versions = existing.env.get("versions", {})
-    return {name: outcome for name, outcome in existing.attacks.items()
-            if name != WORST_CASE and not isinstance(outcome, AttackFailure) and name in ATTACKS
-            and _same_version(ATTACKS.entry(name).origin, versions)}
-
-
-def _same_version(origin: str, versions: Mapping[str, str]) -> bool:
-    """Whether a plugin of ``origin`` (``"dist version"``, empty for a built-in) is the one ``versions`` recorded."""
-    if not origin:
-        return True
-    dist, _, version = origin.rpartition(" ")
-    return versions.get(dist) == version
-
-
 def again(stop: KeyboardInterrupt, detail: str) -> KeyboardInterrupt:
     """The interrupt ``stop`` again (SIGTERM stays SIGTERM for the exit status), saying ``detail``."""
     try:
@@ -125,4 +88,4 @@ def again(stop: KeyboardInterrupt, detail: str) -> KeyboardInterrupt:
         return stop
 
 
-__all__ = ["again", "bounded", "interrupted_message", "reusable", "run_attacks"]
+__all__ = ["again", "bounded", "interrupted_message", "run_attacks"]

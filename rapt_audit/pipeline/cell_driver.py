@@ -34,6 +34,7 @@ from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, write_result
+from rapt_audit.pipeline.stage_reuse import StoredStages, cell_code, reusable_in, staleness
 from rapt_audit.pipeline.sweep import BudgetSpent, Cell, CellsFailed, Log, SweepIndex
 from rapt_audit.pipeline.time_budget import budget_spent, longest_finished
 
@@ -51,8 +52,8 @@ class CellError(Exception):
         self.retry = retry
 
 
-def cell_task(compute: Callable[[RunConfig], RunResult], config: RunConfig,
-              threads: int | None = None) -> dict[str, Any]:
+def cell_task(compute: Callable[..., RunResult], config: RunConfig,
+              threads: int | None = None, reused: StoredStages | None = None) -> dict[str, Any]:
     """What a worker runs for one cell: the audit, returned as the result document (nothing written).
 
     Args:
@@ -60,10 +61,12 @@ def cell_task(compute: Callable[[RunConfig], RunResult], config: RunConfig,
         config: The cell's configuration.
         threads: When given, the threads the worker computes with (its share of the cores),
             set before the cell runs.
+        reused: The stages of a stored run of the cell that the code here computes alike, read by the driver
+            (a worker never reads the output folder): only the others are computed.
     """
     if threads is not None:
         set_threads(threads)
-    return compute(config).to_dict()
+    return (compute(config, reused=reused) if reused else compute(config)).to_dict()
 
 
 def duration(seconds: float) -> str:
@@ -75,8 +78,7 @@ def duration(seconds: float) -> str:
 
 def reuse(cell: Cell, index: SweepIndex, log: Log, number: str) -> RunResult:
     """The finished result of a cell that :func:`~rapt_audit.pipeline.sweep.check_cells` found complete."""
-    result = index.finished[cell.name]  # read and checked just before, under the sweep's lock
-    audit_runner.warn_if_other_code(result, Path(cell.config.out))
+    result = index.finished[cell.name]  # read and checked (fresh against the code here) under the sweep's lock
     log(f"cell {number} {cell.label}: reusing {cell.config.out}")
     return result
 
@@ -114,6 +116,7 @@ class CellDriver:
         #: ``(took, expected)`` seconds of each finished cell that came with an estimate (:attr:`Cell.expected_s`).
         self.against_estimate: list[tuple[float, float]] = []
         self.ran = 0
+        self.reuse: dict[str, StoredStages] = {}  # cell name → the stored stages its worker is handed
         self.compute = compute or audit_runner.compute  # looked up now, so a patched compute is honoured
 
     # ------------------------------------------------------------ what an executor says
@@ -240,7 +243,13 @@ class CellDriver:
                 lock.enter_context(hold_out_dir(cell.config.out))
                 remove_stray_temps(cell.config.out, RESULT_FILE)  # left by a killed command; never read
                 existing = audit_runner.check_out_dir(Path(cell.config.out), cell.config)
+                here = cell_code(cell.config)
+                if existing is not None and staleness(existing, here):
+                    existing = None  # other code measured some of it: its stale stages run again
                 if existing is None or cell.config.force:
+                    self.reuse[cell.name] = reusable_in(Path(cell.config.out), cell.config, here)
+                    if stale := self.reuse[cell.name].stale:
+                        self.say(cell, f"stale ({', '.join(stale)}): those stages run again, the rest is reused")
                     self.running[self.start(cell)] = (cell, self.clock(), lock)
             except RaptAuditError as exc:  # another process took the directory since the check
                 lock.close()
@@ -253,7 +262,6 @@ class CellDriver:
                 lock.close()
                 self.results[cell.name] = existing
                 self.index.mark(cell, "complete")
-                audit_runner.warn_if_other_code(existing, Path(cell.config.out))
                 self.say(cell, f"reusing {cell.config.out} (written meanwhile)")
                 continue
             self.say(cell, f"started ({self.counts()})")

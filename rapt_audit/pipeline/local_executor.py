@@ -126,11 +126,11 @@ class _Driver(CellDriver):
         if self.pool is None:
             self.pool = self._new_pool()
         try:
-            return self.pool.submit(cell_task, self.compute, cell.config)
+            return self.pool.submit(cell_task, self.compute, cell.config, None, self.reuse.get(cell.name))
         except BrokenProcessPool:
             self.pool.shutdown(wait=False)  # its workers were terminated when it broke
             self.pool = self._new_pool()
-            return self.pool.submit(cell_task, self.compute, cell.config)
+            return self.pool.submit(cell_task, self.compute, cell.config, None, self.reuse.get(cell.name))
 
     def wait(self) -> list[Any]:
         """The futures that ended within a second."""

@@ -261,7 +261,7 @@ class _Driver(CellDriver):
 
     def start(self, cell: Cell) -> Any:
         """Submit the cell's task; its worker computes with the cell's share of threads."""
-        return self.task.remote(self.compute, cell.config, self.threads)
+        return self.task.remote(self.compute, cell.config, self.threads, self.reuse.get(cell.name))
 
     def wait(self) -> list[Any]:
         """The refs of tasks that ended within a second."""

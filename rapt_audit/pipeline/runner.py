@@ -25,27 +25,27 @@ aimed at the same directory fails at once instead of racing the first to ``resul
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from rapt_audit.api.errors import ResultError, UsageError
-from rapt_audit.api.files import package_code_digest, remove_stray_temps
+from rapt_audit.api.components import CellCode
+from rapt_audit.api.files import remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.outputs import folder_exists
 from rapt_audit.api.params import get_params, make_plugin, plugin_args, to_jsonable
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load_for, origins
 from rapt_audit.api.threat import ThreatModel, declared_threat_model, threat_model_record
-from rapt_audit.api.types import AttackFailure, Outcome
+from rapt_audit.api.types import AttackFailure
 from rapt_audit.api.version import __version__
 from rapt_audit.data import Dataset, Splits, SplitSizes, load_dataset, make_splits, resolve_data_dir
 from rapt_audit.encoder.models import model_fingerprint, resolve_device
 from rapt_audit.encoder.precision import resolve_precision
 from rapt_audit.encoder.threads import current_threads
 from rapt_audit.mechanisms import analysis_pack
-from rapt_audit.pipeline.attack_loop import again, bounded, reusable, run_attacks
+from rapt_audit.pipeline.attack_loop import again, bounded, run_attacks
 from rapt_audit.pipeline.cache import cached_defense
 from rapt_audit.pipeline.config import RunConfig, profile_split_sizes
 from rapt_audit.pipeline.contracts import check_utility, checked_release, defense_call
@@ -58,10 +58,10 @@ from rapt_audit.pipeline.results import (
     environment,
     read_result,
     signature,
-    signature_fields,
     why_unreadable,
     write_result,
 )
+from rapt_audit.pipeline.stage_reuse import StoredStages, here_code, reusable_in, staleness
 from rapt_audit.pipeline.text_store import TextReleaseStore
 from rapt_audit.scoring.worst_case import WORST_CASE, WORST_CASE_THREAT, worst_case
 
@@ -72,7 +72,9 @@ Log = Callable[[str], None]
 class Plan:
     """A checked run, ready to execute: plugins built, data loaded and split, output directory chosen.
 
-    ``existing`` is the finished result of this exact run that ``out`` held when :func:`plan` looked.
+    ``existing`` is the finished result of this exact run that ``out`` held when :func:`plan` looked, when
+    the code here would compute none of it differently (a stale one is run again: :mod:`.stage_reuse`);
+    ``here`` is the digests of the code here for this cell (:class:`~rapt_audit.api.components.CellCode`).
     """
 
     config: RunConfig
@@ -82,6 +84,7 @@ class Plan:
     splits: Splits
     out: Path
     existing: RunResult | None = None
+    here: CellCode | None = None
 
 
 def default_dataset(config: RunConfig) -> str:
@@ -134,7 +137,7 @@ def _prepare(config: RunConfig) -> Plan:
     splits = make_splits(dataset, SplitSizes(**sizes), seed=derive_seed(config.seed, "splits"))
     out = Path(config.out) if config.out else Path("runs") / (
         f"{config.defense}-{dataset.name}-{config.profile}-s{config.seed}-{config.cell_id()[:8]}")
-    return Plan(config, defense, attacks, dataset, splits, out)
+    return Plan(config, defense, attacks, dataset, splits, out, here=here_code(config, attacks))
 
 
 def plan(config: RunConfig) -> Plan:
@@ -147,7 +150,9 @@ def plan(config: RunConfig) -> Plan:
         UsageError, DataError, ResultError: with messages that name the problem and the fix.
     """
     checked = _prepare(config)
-    checked.existing = check_out_dir(checked.out, config)
+    existing = check_out_dir(checked.out, config)
+    # A result other code measured is not this run's: a sweep runs it again, reusing its fresh stages.
+    checked.existing = existing if existing is not None and not staleness(existing, checked.here) else None
     return checked
 
 
@@ -178,21 +183,6 @@ def check_out_dir(out: Path, config: RunConfig) -> RunResult | None:
     return None
 
 
-def warn_if_other_code(existing: RunResult, out: Path) -> None:
-    """Warn where a finished result in ``out`` is reused although other code measured it.
-
-    A result's configuration (its cell id) does not hold the code that measured it, so a result made before
-    an upgrade or a fix is "this run" too; it is kept (never overwritten unasked), but not silently: a
-    warning, which ``--quiet`` does not hide, names both code digests and the way to measure again.
-    """
-    then = signature_fields(existing.signature).get("code")
-    now = package_code_digest()[:8]
-    if then != now:
-        warnings.warn(f"{out} holds a result that other code measured (code:{then or 'unrecorded'}; this is code:"
-                      f"{now}), reused as it is: its numbers may not be this code's; pass --force to measure them "
-                      "again", stacklevel=2)
-
-
 def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) -> RunResult:
     """Run one audit and write its result file.
 
@@ -203,8 +193,9 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
 
     Returns:
         The result (also written to ``<out>/result.json``). When the output directory already holds
-        this exact run and ``config.force`` is false, that result is returned without re-running
-        (unless some of its attacks failed: then the run is made again).
+        this exact run and ``config.force`` is false, that result is returned without re-running; when
+        some of its stages are stale (other code measured them) or some attacks failed, only those
+        stages run again and the rest is reused (:mod:`~rapt_audit.pipeline.stage_reuse`).
 
     Raises:
         ResultError: when another process is using the output directory (or see :func:`plan`).
@@ -217,30 +208,36 @@ def run(config: RunConfig, *, log: Log | None = None, progress: bool = False) ->
         remove_stray_temps(checked.out, RESULT_FILE)  # left by a killed run; never read, now removed
         existing = check_out_dir(checked.out, config)
         if existing is not None and not config.force:
-            warn_if_other_code(existing, checked.out)
-            say(f"{checked.out} already holds this run; reusing it (pass --force to run again)")
-            return existing
-        return _execute(checked, say=say, progress=progress, reused=reusable(checked.out, config))
+            stale = staleness(existing, checked.here)
+            if not stale:
+                say(f"{checked.out} already holds this run; reusing it (pass --force to run again)")
+                return existing
+            say(f"{checked.out} holds this run, measured by other code for {', '.join(stale.components())}: "
+                "re-running those stages and reusing the rest (pass --force to run everything again)")
+        return _execute(checked, say=say, progress=progress,
+                        reused=reusable_in(checked.out, config, checked.here))
 
 
-def compute(config: RunConfig, *, log: Log | None = None, progress: bool = False) -> RunResult:
+def compute(config: RunConfig, *, log: Log | None = None, progress: bool = False,
+            reused: StoredStages | None = None) -> RunResult:
     """Run one audit and return its result without writing anything to ``config.out``.
 
     The output directory is neither read, locked nor written (only the caches under
     ``RAPT_AUDIT_CACHE`` are), so this runs anywhere the package and the data are installed; the
     caller validates and writes the result (:func:`rapt_audit.pipeline.results.write_result`).
-    The numbers are those :func:`run` would write for the same ``config``.
+    The numbers are those :func:`run` would write for the same ``config``; ``reused``: the stages of a
+    stored run of this cell to take as they are (a sweep's driver reads them, :func:`.stage_reuse.reusable_in`).
 
     Raises:
         UsageError, DataError: as :func:`plan` (the output directory aside).
     """
-    return _measure(_prepare(config), say=log or (lambda _msg: None), progress=progress)
+    return _measure(_prepare(config), say=log or (lambda _msg: None), progress=progress, reused=reused)
 
 
-def _execute(checked: Plan, *, say: Log, progress: bool, reused: dict[str, Outcome]) -> RunResult:
+def _execute(checked: Plan, *, say: Log, progress: bool, reused: StoredStages) -> RunResult:
     """Run a checked plan and write its result (the caller holds the output directory's lock).
 
-    ``reused``: outcomes of attacks that finished in an earlier run of this cell, not run again. Interrupted
+    ``reused``: the stages of an earlier run of this cell that are not run again. Interrupted
     during the attacks, the result of those that finished is written before the interrupt goes on.
     """
 
@@ -256,7 +253,7 @@ def _execute(checked: Plan, *, say: Log, progress: bool, reused: dict[str, Outco
     return result
 
 
-def _measure(checked: Plan, *, say: Log, progress: bool, reused: dict[str, Outcome] | None = None,
+def _measure(checked: Plan, *, say: Log, progress: bool, reused: StoredStages | None = None,
              keep: Callable[[RunResult], str] | None = None) -> RunResult:
     """Run a checked plan: fit, utility, release, attacks; return the result (nothing written by itself).
 
@@ -274,11 +271,11 @@ def _measure(checked: Plan, *, say: Log, progress: bool, reused: dict[str, Outco
         ctx.text_releases = TextReleaseStore(ctx.cache_dir / "texts", ctx=ctx, model_fingerprint=fingerprint)
     # Samples the GPU of a CUDA run per stage (env.gpu); stopped however the run ends.
     with gpu_monitor(ctx.device) as gpu:
-        return _measure_stages(checked, ctx, gpu, say=say, fingerprint=fingerprint, reused=reused or {}, keep=keep)
+        return _measure_stages(checked, ctx, gpu, say=say, fingerprint=fingerprint, reused=reused or StoredStages(), keep=keep)
 
 
 def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log, fingerprint: str,
-                    reused: dict[str, Outcome], keep: Callable[[RunResult], str] | None) -> RunResult:
+                    reused: StoredStages, keep: Callable[[RunResult], str] | None) -> RunResult:
     """:func:`_measure`'s stages, each timed and its GPU use attributed to it by ``gpu`` (``fingerprint``:
     the model's; ``reused``, ``keep``: see :func:`_measure`)."""
     config = checked.config
@@ -303,7 +300,10 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     with defense_call(config.defense, "fit", defense):
         timed("defense.fit", lambda: defense.fit(splits.victim_train, ctx=ctx))
     bar.update(1)
-    if dataset.has_labels:
+    if dataset.has_labels and reused.utility is not None:  # its defense and core unchanged: not measured again
+        say(f"utility of {config.defense}: reused, the code that measured it is unchanged")
+        utility = dict(reused.utility)
+    elif dataset.has_labels:
         with defense_call(config.defense, "utility", defense):
             utility = check_utility(config.defense,
                                     timed("defense.utility", lambda: defense.utility(splits.victim_test, ctx=ctx)))
@@ -319,7 +319,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     victim_release = cached.last
     bar.update(1)
     outcomes, stop = run_attacks(
-        checked.attacks, release_kinds=release.kinds, defense=config.defense, reused=reused, say=say,
+        checked.attacks, release_kinds=release.kinds, defense=config.defense, reused=reused.attacks, say=say,
         step=lambda: bar.update(1),
         run_one=lambda name, attack: bounded(
             name, attack, limit=config.attack_timeout, say=say,
@@ -344,8 +344,10 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                 "threat_models": threat_models,
                 "release_cache": {"victim_test": victim_release, **cached.report(), **ctx.tallies(),
                                   **({"texts": ctx.text_releases.report()} if ctx.text_releases else {})}})
-    if used := sorted(n for n in reused if reused[n] is outcomes.get(n)):
-        env["reused_attacks"] = used  # finished in an earlier, interrupted run of this cell (same code)
+    env["code"] = checked.here.to_dict()  # per component (issue #62); the signature's code: is their shared part
+    if reused:  # stages of an earlier run of this cell, on unchanged code: their stored seconds stand for them
+        env["reused_stages"] = reused.names()
+        timings.update({k: v for k, v in reused.timings.items() if k not in timings})
     if (packed := analysis_pack.provenance(ctx)) is not None:  # spaCy absent: whose analyses the run read
         env["spacy_analyses"] = packed
     attack_settings = {n: get_params(a) for n, a in checked.attacks.items()}
@@ -355,14 +357,14 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                             model_fingerprint=env["model_fingerprint"], profile=config.profile,
                             attacks=attack_settings, package_version=__version__,
                             attack_args={n: dict(config.attack_args.get(n, {})) for n in checked.attacks},
-                            code=package_code_digest(), plugins=origins(ATTACKS, checked.attacks)),
+                            code=checked.here.shared(), plugins=origins(ATTACKS, checked.attacks)),
         cell_id=config.cell_id(), config=config.to_dict(),
         dataset={"name": dataset.name, "task": dataset.task, "synthetic": dataset.synthetic,
                  "source": dataset.source, "splits": splits.sizes(), "label_names": list(dataset.label_names),
                  "notes": _jsonable_notes(dataset.notes)},
         defense={"name": config.defense, **({"origin": o} if (o := DEFENSES.entry(config.defense).origin) else {}),
                  "params": get_params(defense), "exposes": sorted(defense.exposes),
-                 "release_meta": _jsonable_notes(release.meta)},
+                 "release_meta": _jsonable_notes(release.meta if reused.release_meta is None else reused.release_meta)},
         utility=utility, attacks=outcomes, env=env, warnings=warnings)
     if stop is not None:
         raise again(stop, keep(result) if keep is not None else "") from None

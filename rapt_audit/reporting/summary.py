@@ -21,6 +21,7 @@ from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.pipeline.config import settings_id
 from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
+from rapt_audit.reporting.freshness import fresh_results
 from rapt_audit.scoring.metrics import declared, headline_metric
 from rapt_audit.scoring.stats import seed_summary
 
@@ -302,10 +303,12 @@ def group_results(loaded: Sequence[Loaded]) -> list[Group]:
     One run counts once, never as two seeds: results of one signature whose stored settings are one cell
     (recomputed canonically, :func:`~rapt_audit.pipeline.config.settings_id`, so ``eta=1e2`` and the default
     η = 100 are one, whatever ``cell_id`` each file recorded) keep the first read; a copy in another file is
-    named in a :class:`DuplicateRunWarning`. Groups are ordered by signature; rows by defense name, then by
-    privacy parameter (most noise first, ∞ last).
+    named in a :class:`DuplicateRunWarning`. Results that other code measured than the rest of their table are
+    left out of it, with a warning (:func:`~rapt_audit.reporting.freshness.fresh_results`). Groups are ordered
+    by signature; rows by defense name, then by privacy parameter (most noise first, ∞ last).
     """
     load_plugins()  # plugins declare their metrics (and whether they are bounded) when imported
+    loaded = fresh_results(loaded)
     by_sig: dict[str, dict[str, Row]] = {}
     seen: dict[tuple[str, str], Loaded] = {}
     for item in loaded:
