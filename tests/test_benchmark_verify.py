@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rapt_audit.api.components import current_code
+
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.benchmark.plan import plan_cells
@@ -85,6 +87,16 @@ def _echo_cell(folder: Path) -> Path:
 
 def _edit(path: Path, **changes: object) -> None:
     write_result(replace(read_result(path), **changes), path.parent)
+
+
+def _sign_here(path: Path) -> None:
+    """Give an invented cell the code digests of the code here (issue #62), so that a run reuses it as it is."""
+    from rapt_audit.api.plugins import ATTACKS
+
+    result = read_result(path)
+    code = current_code("identity", ATTACKS.select(result.config["attacks"]))
+    signature = "|".join(f"code:{code.shared()}" if p.startswith("code:") else p for p in result.signature.split("|"))
+    _edit(path, signature=signature, env={**result.env, "code": code.to_dict()})
 
 
 def _tree(*folders: Path) -> dict[Path, bytes]:
@@ -166,12 +178,18 @@ def submitted(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:  # the session's cache, as conftest gives each test
         patch.setenv("RAPT_AUDIT_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
         shutil.rmtree(_echo_cell(submission).parent)  # the contributor runs their cell for real
+        for folder in (published, submission):  # the invented published cells as the code here signs them
+            for path in folder.glob("defense=identity*/result.json"):
+                _sign_here(path)
         bench = load_benchmark(root / "contributed.toml", check_data=False)
         run_benchmark(bench, plan_cells(bench, out=submission), out=submission)
-    signature = read_result(_echo_cell(submission)).signature
+    echo = read_result(_echo_cell(submission))
     for folder in (published, submission):
         for path in folder.glob("defense=identity*/result.json"):
-            _edit(path, signature=signature)  # what the published cells of this dataset carry
+            # What the published cells of this dataset carry: the signature, and the code here (issue #62), so
+            # the copies in the submission are fresh and reused as they are.
+            code = current_code("identity", list(echo.env["code"]["attacks"])).to_dict()
+            _edit(path, signature=echo.signature, env={**read_result(path).env, "code": code})
     return {"published": published, "submission": submission, "scratch": root / "scratch", "root": root}
 
 

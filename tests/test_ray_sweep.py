@@ -172,8 +172,8 @@ def test_each_task_is_given_its_cells_threads_to_set_in_its_worker(tmp_path, mon
     cells, axes = _cells(tmp_path / "sw", "0")
     index = sweep.SweepIndex(tmp_path, cells, axes, {"seed=0": "pending"})
     driver = ray_executor._Driver(RayExecutor(cpus_per_cell=3.5), fake_ray, cells, index, print, owns_ray=True)
-    fn, _compute, config, threads = driver.start(cells[0])
-    assert fn.__name__ == "cell_task" and config == cells[0].config and threads == 3
+    fn, _compute, config, threads, reused = driver.start(cells[0])
+    assert fn.__name__ == "cell_task" and config == cells[0].config and threads == 3 and reused is None
 
 
 def test_a_failing_cell_is_reported_and_the_others_are_kept(ray_local, tmp_path, monkeypatch, capsys):

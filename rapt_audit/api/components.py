@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from rapt_audit.api.files import package_code_digest
+from rapt_audit.api.plugins import ATTACKS, DEFENSES
+
 #: The module whose imports are the core: what every stage of every cell runs through.
 CORE_MODULE = "rapt_audit.pipeline.runner"
 #: Packages installed inside ``rapt_audit`` but kept beside it in a checkout, hashed under their own names.
@@ -297,7 +300,9 @@ class CellCode:
         it; an attack only under itself. An attack ``here`` runs that the cell lacks is stale too.
         """
         if self.legacy:
-            same = self.legacy[:8] == here.package[:8]
+            # Its one digest is the package's here, or (a result that records no env.code, written by hand or by
+            # a tool of ours that keeps only the signature) the table's code here: nothing of it can differ.
+            same = self.legacy[:8] in (here.package[:8], here.shared())
             return Staleness() if same else Staleness(core=True, defense=True, attacks=frozenset(here.attacks),
                                                       legacy=self.legacy[:8])
         core = self.core != here.core
@@ -332,9 +337,6 @@ class Staleness:
 def current_code(defense: str, attacks: Iterable[str]) -> CellCode:
     """The digests the code here gives a cell of ``defense`` and ``attacks`` (names in the plugin registries,
     which the caller has loaded; a name not registered here gets an empty digest, so it reads as stale)."""
-    from rapt_audit.api.files import package_code_digest
-    from rapt_audit.api.plugins import ATTACKS, DEFENSES
-
     def digest(registry: Any, name: str) -> str:
         if name not in registry:
             return ""
@@ -345,5 +347,11 @@ def current_code(defense: str, attacks: Iterable[str]) -> CellCode:
                     attacks={name: digest(ATTACKS, name) for name in attacks}, package=package_code_digest())
 
 
+def table_codes(attacks: Iterable[str]) -> tuple[str, str]:
+    """The signature ``code:`` values the code here gives a table of ``attacks``: the per-component one
+    (:meth:`CellCode.shared`) first, then the package's, which results signed before issue #62 carry."""
+    return current_code("", list(attacks)).shared(), package_code_digest()[:8]
+
+
 __all__ = ["ALL", "CORE_MODULE", "CellCode", "DIGEST_LENGTH", "Staleness", "class_modules", "core_digest",
-           "current_code", "digest_files", "module_files", "plugin_digest"]
+           "current_code", "digest_files", "table_codes", "module_files", "plugin_digest"]

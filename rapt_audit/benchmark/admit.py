@@ -198,8 +198,11 @@ def origin_refusal(cell: dict[str, Any], result: RunResult | None) -> str | None
             f"with {here or 'the built-in defense'} (or send only the cells of one version)")
 
 
-def code_refusal(published: Published, cell: dict[str, Any], result: RunResult, here: str) -> str | None:
-    """Why the admitted ``cell`` cannot be re-run by this installation (code digest ``here``), or None when it can.
+def code_refusal(published: Published, cell: dict[str, Any], result: RunResult,
+                 here: tuple[str, str]) -> str | None:
+    """Why the admitted ``cell`` cannot be re-run by this installation, or None when it can; ``here``: the
+    ``code:`` values this code gives the cell's table (:func:`~rapt_audit.api.components.table_codes`: the
+    per-component one, then the package's, for cells signed before issue #62).
 
     Decided for each cell against the published cells it is compared with: those of its dataset, whose signature
     it carries (admission made sure of that), so a published folder whose cells ran several code digests still
@@ -216,8 +219,9 @@ def code_refusal(published: Published, cell: dict[str, Any], result: RunResult, 
         return (f"re-run: the cell's signature records no code digest, so which code a re-run must run cannot be "
                 f"told{mixed}; re-run the cell with the rapt-audit the benchmark was published with (it records "
                 f"the digest), {skip}")
-    if mine == here:
+    if mine in here:
         return None
+    here = here[0]
     sha = next((str(r.env.get("git_sha"))[:12] for r in published.joined.cells.values()
                 if r.signature == result.signature and r.env.get("git_sha")), None)
     return (f"re-run: this rapt-audit's code digest is {here}, but the cell and the published cells of "

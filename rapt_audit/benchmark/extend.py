@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.files import package_code_digest
+from rapt_audit.api.components import table_codes
+from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.benchmark.admit import Published, read_published
 from rapt_audit.benchmark.plan import BenchCell
 from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
@@ -76,10 +77,13 @@ def check_same_code(published: Published) -> None:
     Raises:
         UsageError: naming both digests and the fix.
     """
-    here = package_code_digest()[:8]
+    # The table's code is its core's and its attacks' (a new defense brings its own digest, per row).
+    here = {code for r in published.joined.cells.values()
+            for code in table_codes(n for n in r.attacks if n != WORST_CASE)}
     codes = sorted({code for dataset in published.signatures for code in published.codes(dataset)})
-    if not codes or here in codes:
+    if not codes or set(codes) <= here:
         return
+    here = sorted(here)[0] if len(here) == 1 else ", ".join(sorted(here))
     shas = sorted({str(r.env["git_sha"]) for r in published.joined.cells.values() if r.env.get("git_sha")})
     where = f" (git checkout {shas[0]})" if len(shas) == 1 else ""
     ran = ", ".join(c or "(none)" for c in codes)
