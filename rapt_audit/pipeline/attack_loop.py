@@ -4,8 +4,8 @@ Every attack is fitted and scored inside its time limit (:mod:`~rapt_audit.pipel
 that raises, breaks its contract or runs past the limit is recorded as an
 :class:`~rapt_audit.api.types.AttackFailure` naming it, and the others go on. A ``KeyboardInterrupt``
 (Ctrl-C, or SIGTERM as the command line turns it into one) ends the loop: the attacks that finished are
-returned with the others recorded as interrupted, so that the runner writes them (:mod:`~rapt_audit.pipeline.stage_reuse`
-lets the same command reuse them and run only the missing ones).
+returned with the others recorded as interrupted, so that the runner writes them
+(:mod:`~rapt_audit.pipeline.stage_reuse` lets the same command reuse them and run only the missing ones).
 """
 
 from __future__ import annotations

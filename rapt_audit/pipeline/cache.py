@@ -3,8 +3,9 @@
 A release is a deterministic function of the fitted defense and the records it privatizes, so its
 key hashes everything that goes into either (:func:`fitted_state`, then :func:`release_key`):
 
-* the cache format, the package version, the source of the core and of the defense's package (an
-  edited mechanism is a new key, not a stale hit) and the versions of numpy, torch and the like;
+* the cache format, the package version, the digests of the core's and of the defense's code (:func:`release_code`:
+  an edited mechanism is a new key, not a stale hit, while an edit to one defense keeps every other defense's
+  entries) and the versions of numpy, torch and the like;
 * the defense's name and parameters and, once fitted, its privacy parameter in force (``privacy_level``:
   the effective η of a dχ defense, the effective ε of a word-level sanitizer; calibrated in ``fit`` when
   the user gave a ``replacement`` target, which is why the key is only built from a fitted defense);
@@ -35,7 +36,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError
-from rapt_audit.api.files import source_digest, stable_hash, write_cache_atomic
+from rapt_audit.api.components import core_digest, plugin_digest
+from rapt_audit.api.files import stable_hash, write_cache_atomic
 from rapt_audit.api.params import get_params, to_jsonable
 from rapt_audit.api.types import Record, Release, uid_key
 from rapt_audit.api.version import __version__
@@ -44,7 +46,7 @@ from rapt_audit.pipeline.context import RunContext
 from rapt_audit.pipeline.results import package_versions
 
 #: Bumped whenever the entry layout or the key's ingredients change, so old entries are never read.
-CACHE_FORMAT = 2  # 2: the key holds ``privacy_level`` (η or ε in force), not ``effective_eta``
+CACHE_FORMAT = 3  # 3: the code is the core's and the defense's component digests (issue #62); 2: ``privacy_level``
 #: Marks a JSON object that encodes a value JSON has no exact form for (tuple, dict with odd keys, numpy).
 _TAG = "__rapt_cache__"
 _DOC = "__doc__"
@@ -70,6 +72,16 @@ def public_data_fingerprint(ctx: RunContext) -> dict[str, Any]:
     return {"data_dir": str(root.resolve()) if root is not None else None, "wikitext2": wikitext}
 
 
+def release_code(defense_type: type) -> str:
+    """The digest of the code a release of a ``defense_type`` defense can run: the core's and the defense's own
+    component digests (:mod:`rapt_audit.api.components`: its module, base classes and what they import).
+
+    Not the whole package's: an edit to one defense's file, or to an attack, keeps every other defense's
+    cached releases and privatized texts.
+    """
+    return stable_hash({"core": core_digest(), "defense": plugin_digest(defense_type)})
+
+
 def run_state(ctx: RunContext, *, model_fingerprint: str) -> dict[str, Any]:
     """What every cached release depends on from the run itself: package and library versions, the
     model and its weights, device, profile, seed and the public data (:func:`public_data_fingerprint`)."""
@@ -93,7 +105,7 @@ def fitted_state(defense: Any, *, ctx: RunContext, fit_records: Sequence[Record]
     # The precision of the networks the defense trained (CAPE's projection, SnD's denoiser) changes its
     # releases; it is not in run_state, which the privatized texts share (they do not depend on it).
     state = {"format": CACHE_FORMAT, **run_state(ctx, model_fingerprint=model_fingerprint), "precision": ctx.precision,
-             "code": source_digest(type(defense)), "defense": defense.name, "params": get_params(defense),
+             "code": release_code(type(defense)), "defense": defense.name, "params": get_params(defense),
              "privacy_level": to_jsonable(privacy_level(ctx)) if callable(privacy_level) else None,
              "fit_records": records_digest(fit_records),
              "utility_records": None if utility_records is None else records_digest(utility_records)}
@@ -287,4 +299,4 @@ def cached_defense(defense: Any, *, ctx: RunContext, enabled: bool, fit_records:
 
 
 __all__ = ["CACHE_FORMAT", "CachedDefense", "ReleaseStore", "cached_defense", "decode_release", "encode_release",
-           "fitted_state", "records_digest", "release_key", "run_state", "source_digest"]
+           "fitted_state", "records_digest", "release_code", "release_key", "run_state"]

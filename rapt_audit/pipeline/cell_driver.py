@@ -249,7 +249,8 @@ class CellDriver:
                 if existing is None or cell.config.force:
                     self.reuse[cell.name] = reusable_in(Path(cell.config.out), cell.config, here)
                     if stale := self.reuse[cell.name].stale:
-                        self.say(cell, f"stale ({', '.join(stale)}): those stages run again, the rest is reused")
+                        self.say(cell, f"running again what is stale or unfinished ({', '.join(stale)}); "
+                                       "the rest is reused")
                     self.running[self.start(cell)] = (cell, self.clock(), lock)
             except RaptAuditError as exc:  # another process took the directory since the check
                 lock.close()

@@ -93,21 +93,8 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document."""
-        attacks: dict[str, Any] = {}
-        for name, outcome in self.attacks.items():
-            if isinstance(outcome, (Skip, AttackFailure)):
-                attacks[name] = outcome.to_dict()
-            else:
-                # The headline keeps its per-record parts: the regression gate compares them paired.
-                # So does the content privacy of an inversion attack: a benchmark's worst case over attacks is
-                # recomputed from them inside each paired resample (rapt_audit.scoring.hierarchical).
-                attacks[name] = {"empirical_privacy": outcome.empirical_privacy.to_dict(per_record=True),
-                                 "metrics": {k: v.to_dict(per_record=k == WORST_CASE_MEASURE)
-                                             for k, v in outcome.metrics.items()},
-                                 "details": dict(outcome.details)}
-        # Accuracy keeps its per-record outcomes too: every defense is scored on the same victim-test
-        # records, so the claims compare utilities paired (rapt_audit.reporting.claims).
-        utility = {k: v.to_dict(per_record=k == "accuracy") for k, v in self.utility.items()}
+        attacks = {name: outcome_to_dict(outcome) for name, outcome in self.attacks.items()}
+        utility = utility_to_dict(self.utility)
         return {"schema": self.schema, "signature": self.signature, "cell_id": self.cell_id,
                 "config": self.config, "dataset": self.dataset, "defense": self.defense, "utility": utility,
                 "attacks": attacks, "env": self.env, "warnings": list(self.warnings)}
@@ -115,21 +102,46 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
         """Inverse of :meth:`to_dict`."""
-        attacks: dict[str, Outcome] = {}
-        for name, outcome in data["attacks"].items():
-            if isinstance(outcome, str) or "skipped" in outcome:
-                attacks[name] = Skip.from_dict(outcome)
-            elif "failed" in outcome:
-                attacks[name] = AttackFailure.from_dict(outcome)
-            else:
-                attacks[name] = AttackResult(Estimate.from_dict(outcome["empirical_privacy"]),
-                                             {k: Estimate.from_dict(v) for k, v in outcome["metrics"].items()},
-                                             outcome.get("details", {}))
+        attacks = {name: outcome_from_dict(outcome) for name, outcome in data["attacks"].items()}
         return cls(signature=data["signature"], cell_id=data["cell_id"], config=dict(data["config"]),
                    dataset=dict(data["dataset"]), defense=dict(data["defense"]),
-                   utility={k: Estimate.from_dict(v) for k, v in data["utility"].items()},
+                   utility=utility_from_dict(data["utility"]),
                    attacks=attacks, env=dict(data["env"]), warnings=list(data.get("warnings", [])),
                    schema=data["schema"])
+
+
+def outcome_to_dict(outcome: Outcome) -> Any:
+    """One attack's outcome as ``result.json`` holds it (:func:`outcome_from_dict` reads it back)."""
+    if isinstance(outcome, (Skip, AttackFailure)):
+        return outcome.to_dict()
+    # The headline keeps its per-record parts: the regression gate compares them paired.
+    # So does the content privacy of an inversion attack: a benchmark's worst case over attacks is
+    # recomputed from them inside each paired resample (rapt_audit.scoring.hierarchical).
+    return {"empirical_privacy": outcome.empirical_privacy.to_dict(per_record=True),
+            "metrics": {k: v.to_dict(per_record=k == WORST_CASE_MEASURE) for k, v in outcome.metrics.items()},
+            "details": dict(outcome.details)}
+
+
+def outcome_from_dict(doc: Any) -> Outcome:
+    """Inverse of :func:`outcome_to_dict`."""
+    if isinstance(doc, str) or "skipped" in doc:
+        return Skip.from_dict(doc)
+    if "failed" in doc:
+        return AttackFailure.from_dict(doc)
+    return AttackResult(Estimate.from_dict(doc["empirical_privacy"]),
+                        {k: Estimate.from_dict(v) for k, v in doc["metrics"].items()}, doc.get("details", {}))
+
+
+def utility_to_dict(utility: Mapping[str, Estimate]) -> dict[str, Any]:
+    """A utility (metric → estimate) as ``result.json`` holds it (:func:`utility_from_dict` reads it back)."""
+    # Accuracy keeps its per-record outcomes: every defense is scored on the same victim-test
+    # records, so the claims compare utilities paired (rapt_audit.reporting.claims).
+    return {k: v.to_dict(per_record=k == "accuracy") for k, v in utility.items()}
+
+
+def utility_from_dict(doc: Mapping[str, Any]) -> dict[str, Estimate]:
+    """Inverse of :func:`utility_to_dict`."""
+    return {k: Estimate.from_dict(v) for k, v in doc.items()}
 
 
 def write_result(result: RunResult, out_dir: str | Path) -> Path:

@@ -271,7 +271,8 @@ def _measure(checked: Plan, *, say: Log, progress: bool, reused: StoredStages | 
         ctx.text_releases = TextReleaseStore(ctx.cache_dir / "texts", ctx=ctx, model_fingerprint=fingerprint)
     # Samples the GPU of a CUDA run per stage (env.gpu); stopped however the run ends.
     with gpu_monitor(ctx.device) as gpu:
-        return _measure_stages(checked, ctx, gpu, say=say, fingerprint=fingerprint, reused=reused or StoredStages(), keep=keep)
+        return _measure_stages(checked, ctx, gpu, say=say, fingerprint=fingerprint, reused=reused or StoredStages(),
+                               keep=keep)
 
 
 def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log, fingerprint: str,
@@ -302,7 +303,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     bar.update(1)
     if dataset.has_labels and reused.utility is not None:  # its defense and core unchanged: not measured again
         say(f"utility of {config.defense}: reused, the code that measured it is unchanged")
-        utility = dict(reused.utility)
+        utility = reused.utility_estimates()
     elif dataset.has_labels:
         with defense_call(config.defense, "utility", defense):
             utility = check_utility(config.defense,
@@ -319,7 +320,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     victim_release = cached.last
     bar.update(1)
     outcomes, stop = run_attacks(
-        checked.attacks, release_kinds=release.kinds, defense=config.defense, reused=reused.attacks, say=say,
+        checked.attacks, release_kinds=release.kinds, defense=config.defense, reused=reused.outcomes(), say=say,
         step=lambda: bar.update(1),
         run_one=lambda name, attack: bounded(
             name, attack, limit=config.attack_timeout, say=say,

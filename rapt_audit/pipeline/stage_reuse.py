@@ -6,22 +6,34 @@ components the code here still hashes alike and re-runs the others: the core is 
 defense under its utility, its release and every attack on it, an attack only under itself. The same rule
 finishes an interrupted cell (its attacks that finished are kept) and re-measures a stale one.
 
-What is reused is a :class:`StoredStages`: plain data, so that a sweep's worker (another process, or a Ray
-node whose disk differs) is handed it with the cell's configuration and never reads the output folder.
+What is reused is a :class:`StoredStages`: plain JSON data as ``result.json`` holds it (a stored result's
+outcomes are frozen in mapping proxies, which do not pickle), so that a sweep's worker (another process, or a
+Ray node whose disk differs) is handed it with the cell's configuration and never reads the output folder.
 The defense's ``fit`` always runs: its release and the attackers' adaptive releases need the fitted defense
 (the release cache serves them when it holds them).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from rapt_audit.api.components import CellCode, Staleness, current_code
-from rapt_audit.api.types import AttackFailure, Outcome
+from rapt_audit.api.plugins import ATTACKS
+from rapt_audit.api.types import AttackFailure, Estimate, Outcome
 from rapt_audit.pipeline.config import RunConfig
-from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result, signature_fields
+from rapt_audit.pipeline.results import (
+    RESULT_FILE,
+    RunResult,
+    outcome_from_dict,
+    outcome_to_dict,
+    read_result,
+    signature_fields,
+    utility_from_dict,
+    utility_to_dict,
+)
 from rapt_audit.scoring.worst_case import WORST_CASE
 
 
@@ -30,22 +42,32 @@ class StoredStages:
     """The stages of a stored run of a cell that this run takes as they are.
 
     Attributes:
-        utility: The stored utility, when the defense and the core are unchanged (None: measure it).
+        utility: The stored utility as ``result.json`` holds it, when the defense and the core are unchanged
+            (None: measure it).
         release_meta: The stored release's facts, kept with the utility (its customization facts are set while
             utility runs, so a release made after ``fit`` alone lacks them).
-        attacks: Attack name → stored outcome, for the attacks whose digests match and that finished.
+        attacks: Attack name → stored outcome as ``result.json`` holds it, for the attacks whose digests match
+            and that finished.
         timings: The stored seconds of the reused stages (``env.timings_s``), so that cost estimates stay true.
-        stale: The stale components by name (``Staleness.components``), for the progress line and ``env``.
+        stale: The stale components by name (``Staleness.components``), for the progress line.
     """
 
     utility: Mapping[str, Any] | None = None
     release_meta: Mapping[str, Any] | None = None
-    attacks: Mapping[str, Outcome] = field(default_factory=dict)
+    attacks: Mapping[str, Any] = field(default_factory=dict)
     timings: Mapping[str, float] = field(default_factory=dict)
     stale: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.utility is not None or bool(self.attacks)
+
+    def utility_estimates(self) -> dict[str, Estimate] | None:
+        """The reused utility as estimates (None: none is reused)."""
+        return None if self.utility is None else utility_from_dict(self.utility)
+
+    def outcomes(self) -> dict[str, Outcome]:
+        """The reused attacks' outcomes."""
+        return {name: outcome_from_dict(doc) for name, doc in self.attacks.items()}
 
     def names(self) -> list[str]:
         """The reused stages, as ``env.reused_stages`` lists them (``utility``, ``attack.NAME``)."""
@@ -58,9 +80,7 @@ def here_code(config: RunConfig, attacks: Iterable[str]) -> CellCode:
 
 
 def cell_code(config: RunConfig) -> CellCode:
-    """:func:`here_code` for the attacks ``config`` selects (a sweep's cells were planned, so its plugins are loaded)."""
-    from rapt_audit.api.plugins import ATTACKS
-
+    """:func:`here_code` for the attacks ``config`` selects (a sweep's cells were planned: its plugins are loaded)."""
     return here_code(config, ATTACKS.select(config.attacks))
 
 
@@ -86,12 +106,15 @@ def stored_stages(result: RunResult, here: CellCode) -> StoredStages:
     stale = staleness(result, here)
     if stale.defense:
         return StoredStages(stale=tuple(stale.components()))
-    attacks = {n: o for n, o in result.attacks.items()
+    attacks = {n: outcome_to_dict(o) for n, o in result.attacks.items()
                if n != WORST_CASE and n in here.attacks and n not in stale.attacks}
     timings = result.env.get("timings_s", {})
-    kept = {k: v for k, v in timings.items()
+    kept = {k: float(v) for k, v in timings.items()
             if k == "defense.utility" or any(k in (f"attack.{n}", f"attack.{n}.fit") for n in attacks)}
-    return StoredStages(utility=dict(result.utility), release_meta=dict(result.defense.get("release_meta", {})),
+    # Through JSON: plain dicts and lists all the way down, whatever froze them on reading.
+    meta = json.loads(json.dumps(dict(result.defense.get("release_meta", {}))))
+    # A dataset without labels has no utility to keep (an empty one): none is listed as reused.
+    return StoredStages(utility=utility_to_dict(result.utility) if result.utility else None, release_meta=meta,
                         attacks=attacks, timings=kept, stale=tuple(stale.components()))
 
 

@@ -8,7 +8,8 @@ So a cell that changes only the training, or is run again with other attacks, re
 instead of privatizing them once more; at the ``smoke`` profile that is most of a warm run's time.
 
 The key hashes the same run ingredients as the release cache (:func:`rapt_audit.pipeline.cache.run_state`
-and the code's digest) with the defense's *mechanism* parameters in place of all of them. An entry
+and the core's and the defense's code, :func:`~rapt_audit.pipeline.cache.release_code`) with the defense's
+*mechanism* parameters in place of all of them. An entry
 is one gzip'd JSON file under ``<cache_dir>/texts/<key[:2]>/<key>.json.gz``; one that cannot be read, or does not fit its
 records, is privatized again after one warning, and one that cannot be written leaves the texts in
 memory (:func:`rapt_audit.api.files.write_cache_json_gz`). Only an audit stores texts (never the
@@ -28,11 +29,11 @@ from rapt_audit.api.files import read_cache_json_gz, stable_hash, write_cache_js
 from rapt_audit.api.params import to_jsonable
 from rapt_audit.api.types import Record
 from rapt_audit.mechanisms.calibration import ReplacementCount
-from rapt_audit.pipeline.cache import records_digest, run_state, source_digest
+from rapt_audit.pipeline.cache import records_digest, release_code, run_state
 from rapt_audit.pipeline.context import RunContext
 
 #: Bumped whenever what an entry holds or what its key hashes changes, so old entries are never read.
-FORMAT = "rapt-audit/privatized-texts/2"  # 2: the count holds ``forced``
+FORMAT = "rapt-audit/privatized-texts/3"  # 3: the key's code is per component (issue #62); 2: ``forced``
 
 #: What ``compute`` returns and the store gives back: the released texts and what was replaced.
 Privatized = tuple[list[str], ReplacementCount]
@@ -56,7 +57,7 @@ class TextReleaseStore:
     def key(self, defense: Any, mechanism: Mapping[str, Any], eta: float | None, records: Sequence[Record]) -> str:
         """The key of ``records`` privatized by ``defense`` with ``mechanism`` parameters at ``eta`` (None: a
         mechanism without one)."""
-        return stable_hash({**self._run, "code": source_digest(type(defense)), "defense": defense.name,
+        return stable_hash({**self._run, "code": release_code(type(defense)), "defense": defense.name,
                             "mechanism": to_jsonable(dict(mechanism)), "eta": to_jsonable(eta),
                             "records": records_digest(records)})
 
