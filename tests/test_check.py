@@ -145,8 +145,19 @@ def test_gate_refuses_incomparable_or_missing_runs(gated, capsys):
         doc["cell_id"] = "000000000000"
 
     planted = _plant(root, "othercell", other_cell)
-    assert main(["check", "--baseline", str(baseline), str(planted)]) == 2
-    assert "no new run matches baseline run(s) t2t eta=75 seed 0 on synthetic" in capsys.readouterr().err
+    # The baseline's cell was recorded by the code here: unchanged by construction, it needs no new run.
+    capsys.readouterr()
+    assert main(["check", "--baseline", str(baseline), str(planted)]) == 0
+    assert "1 unchanged by construction (code identical)" in capsys.readouterr().out
+    # Stale (another digest of its defense), it does: the error names the cell and the command that runs it.
+    doc = json.loads(baseline.read_text())
+    doc["results"][0]["env"]["code"]["defense"] = "0" * 16
+    stale = root / "stale-baseline.json"
+    stale.write_text(json.dumps(doc))
+    assert main(["check", "--baseline", str(stale), str(planted)]) == 2
+    err = capsys.readouterr().err
+    assert "no new run matches baseline run(s) t2t eta=75 seed 0 on synthetic" in err
+    assert "stale here: defense:t2t" in err and "`rapt-audit run --defense t2t --attacks whitebox,random_guess" in err
 
 
 def test_the_signature_names_the_attacks_and_the_code_and_a_code_change_alone_is_compared(gated, capsys):

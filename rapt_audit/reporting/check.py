@@ -29,10 +29,18 @@ measures that keep none, such as the mutual-information bound): each standard er
 
 An attack that was measured in the baseline but is skipped or absent now is also a regression (the
 gate must not pass because a check stopped running), and so is one that now failed (raised, or broke
-its contract: the result holds ``{"failed": message}``). Gains are reported, never failures. Exit codes:
-0 no regression, 1 at least one regression, 2 unusable input (a baseline run with no matching new
-run, a corrupt file, or — unless ``--allow-signature-change`` — a new run whose comparability
-signature differs from its baseline's).
+its contract: the result holds ``{"failed": message}``). Gains are reported, never failures.
+
+Per component (issue #62): each baseline cell is compared only where the code here can have moved it. A
+cell whose core, defense and attacks hash alike here is *unchanged by construction* and needs no new run
+(given anyway, it is compared as usual); a stale defense (or core) has every measure compared; when only
+some attacks are stale, only theirs and the worst case are. A stale cell without a new run is unusable
+input, and the error names the cell and the command that runs it. A baseline signed before per-component
+digests is one component, stale whenever the package's code moved (:mod:`rapt_audit.reporting.gate_cells`).
+
+Exit codes: 0 no regression, 1 at least one regression, 2 unusable input (a stale baseline run with no
+matching new run, a corrupt file, or — unless ``--allow-signature-change`` — a new run whose
+comparability signature differs from its baseline's in more than its code).
 """
 
 from __future__ import annotations
@@ -43,8 +51,9 @@ import sys
 import zlib
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any, Sequence
+from typing import Any, Callable, Collection, Sequence
 
+from rapt_audit.api.components import CellCode, current_code
 from rapt_audit.api.errors import ResultError, UsageError
 from rapt_audit.api.plugins import load
 from rapt_audit.api.types import AttackFailure, AttackResult, Estimate
@@ -52,6 +61,14 @@ from rapt_audit.pipeline.config import settings_id
 from rapt_audit.pipeline.results import RunResult, signature_fields
 from rapt_audit.reporting.baseline import BASELINE_SCHEMA, read_baseline, run_label, write_baseline
 from rapt_audit.reporting.collect import collect
+from rapt_audit.reporting.gate_cells import (
+    CellPlan,
+    format_plan,
+    missing_message,
+    new_run_warning,
+    plan_cells,
+    summary_line,
+)
 from rapt_audit.scoring.metrics import METRICS
 from rapt_audit.scoring.stats import paired_drop
 
@@ -150,13 +167,15 @@ def compare_measure(label: str, attack: str, metric: str, est: Estimate, new_est
 
 
 def compare_runs(base: RunResult, new: RunResult, *, z: float = DEFAULT_Z, tolerance: float = DEFAULT_TOLERANCE,
-                 paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE) -> list[Comparison]:
-    """Every privacy comparison of ``new`` against ``base`` (same cell), each by :func:`compare_measure`."""
+                 paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE,
+                 attacks: Collection[str] | None = None) -> list[Comparison]:
+    """Every privacy comparison of ``new`` against ``base`` (same cell), each by :func:`compare_measure`;
+    ``attacks``: only those attacks' measures (None: every attack's)."""
     out = []
     label = run_label(base)
     for attack, outcome in base.attacks.items():
-        if not isinstance(outcome, AttackResult):
-            continue  # skipped or failed in the baseline: nothing measured to defend
+        if not isinstance(outcome, AttackResult) or (attacks is not None and attack not in attacks):
+            continue  # skipped or failed in the baseline (nothing measured to defend), or not asked for
         now = new.attacks.get(attack)
         for metric, (est, higher) in _privacy_measures(outcome).items():
             if isinstance(now, AttackFailure):
@@ -187,35 +206,50 @@ def signature_diff(a: str, b: str) -> str:
     return ", ".join(f"{k}: {x} → {y}" for k, (x, y) in signature_changes(a, b).items())
 
 
-def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float = DEFAULT_Z,
-         tolerance: float = DEFAULT_TOLERANCE, paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE,
-         allow_signature_change: bool = False,
-         baseline_name: str = "the baseline") -> tuple[list[Comparison], list[str]]:
-    """Compare ``runs`` to ``baseline``; returns the comparisons and warnings.
+@dataclass(frozen=True)
+class GateOutcome:
+    """What :func:`run_gate` found: the comparisons, the warnings and each baseline cell's plan."""
+
+    comparisons: list[Comparison]
+    warnings: list[str]
+    plans: list[CellPlan]
+
+
+def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], **kwargs: Any) -> tuple[list[Comparison],
+                                                                                          list[str]]:
+    """:func:`run_gate`'s comparisons and warnings."""
+    out = run_gate(baseline, runs, **kwargs)
+    return out.comparisons, out.warnings
+
+
+def run_gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float = DEFAULT_Z,
+             tolerance: float = DEFAULT_TOLERANCE, paired_tolerance: float = DEFAULT_PAIRED_TOLERANCE,
+             allow_signature_change: bool = False, baseline_name: str = "the baseline",
+             code_here: Callable[[str, list[str]], CellCode] = current_code) -> GateOutcome:
+    """Compare ``runs`` to ``baseline``, per component (the module's rule; ``code_here(defense, attacks)``: the
+    digests the code here gives a cell).
 
     Raises:
-        ResultError: when a baseline run has no new run of its cell, or (unless
-            ``allow_signature_change``) when a matched pair's signatures differ.
+        ResultError: when a stale baseline run has no new run of its cell, or (unless
+            ``allow_signature_change``) when a matched pair's signatures differ in more than ``code:``.
     """
     if z < 0 or tolerance < 0 or paired_tolerance < 0:
         raise UsageError(f"--z, --tolerance and --paired-tolerance must not be negative (got {z}, {tolerance}, "
                          f"{paired_tolerance})")
-    by_cell: dict[str, RunResult] = {}
-    for r in runs:
-        by_cell.setdefault(settings_id(r.config), r)
-    cell_of = {id(b): settings_id(b.config) for b in baseline}  # stored ids may predate canonical settings
-    comparisons, warnings = [], []
-    missing = [b for b in baseline if cell_of[id(b)] not in by_cell]
+    plans = plan_cells(baseline, runs, code_here=code_here)
+    missing = missing_message(plans, baseline_name)
     if missing:
-        raise ResultError("no new run matches baseline run(s) " + "; ".join(
-            f"{run_label(b)} (cell {b.cell_id})" for b in missing) +
-            f". Re-run them with the configuration recorded in {baseline_name} and pass their directories")
-    for b in baseline:
-        new = by_cell[cell_of[id(b)]]
+        raise ResultError(missing)
+    comparisons, warnings = [], []
+    for plan in plans:
+        b, new = plan.base, plan.new
+        if new is None:
+            continue  # unchanged by construction: nothing the change touched runs in this cell
         if new.signature != b.signature:
             diff = signature_diff(b.signature, new.signature)
             if set(signature_changes(b.signature, new.signature)) == {"code"}:  # what the gate is for
-                warnings.append(f"{run_label(b)}: the code changed since the baseline ({diff}); compared")
+                where = f", stale here: {', '.join(plan.components())}" if plan.stale else ""
+                warnings.append(f"{run_label(b)}: the code changed since the baseline ({diff}){where}; compared")
             elif not allow_signature_change:
                 raise ResultError(
                     f"{run_label(b)}: the comparability signature changed ({diff}), so the numbers are not "
@@ -224,20 +258,29 @@ def gate(baseline: Sequence[RunResult], runs: Sequence[RunResult], *, z: float =
             else:
                 warnings.append(f"{run_label(b)}: signature changed ({diff}); compared anyway "
                                 "(--allow-signature-change); refresh the baseline when the change is intended")
-        comparisons += compare_runs(b, new, z=z, tolerance=tolerance, paired_tolerance=paired_tolerance)
+        other_code = new_run_warning(plan)
+        if other_code:
+            warnings.append(other_code)
+        comparisons += compare_runs(b, new, z=z, tolerance=tolerance, paired_tolerance=paired_tolerance,
+                                    attacks=plan.compared())
     # A baseline recorded before results kept per-record outcomes (not a measure that keeps none, such
     # as the mutual-information bound): say that the weaker rule was used, and how to get the paired one.
-    unpaired = sorted(run_label(b) for b in baseline if not any(
-        isinstance(o, AttackResult) and o.empirical_privacy.per_record is not None for o in b.attacks.values()))
+    unpaired = sorted(plan.label for plan in plans if plan.new is not None and not any(
+        isinstance(o, AttackResult) and o.empirical_privacy.per_record is not None for o in plan.base.attacks.values()))
     if unpaired:
         warnings.append(f"{baseline_name} keeps no per-record outcomes for " + "; ".join(unpaired) +
                         ", so those runs were compared as two independent intervals, which misses drops of a "
                         "few points; record the baseline again with this version (rapt-audit check "
                         "--write-baseline) to get the paired test")
-    unmatched = sorted({run_label(r) for r in runs if settings_id(r.config) not in set(cell_of.values())})
+    if any(plan.stale.legacy for plan in plans):
+        warnings.append(f"{baseline_name} was signed before per-component digests, so each of its cells is one "
+                        "component (all) and every one is re-run and compared; record it again with this version "
+                        "(rapt-audit check --write-baseline) to gate only what a change can have moved")
+    cells = {settings_id(b.config) for b in baseline}
+    unmatched = sorted({run_label(r) for r in runs if settings_id(r.config) not in cells})
     if unmatched:
         warnings.append("not in the baseline, so not gated: " + "; ".join(unmatched))
-    return comparisons, warnings
+    return GateOutcome(comparisons, warnings, plans)
 
 
 def format_comparisons(comparisons: Sequence[Comparison]) -> str:
@@ -309,13 +352,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     coll = collect(args.runs, calibrations=False)
     if coll.problems:  # a gate must not pass over an input it could not read
         raise ResultError("; ".join(p.message for p in coll.problems))
-    comparisons, warnings = gate(baseline, [i.result for i in coll.results], z=args.z, tolerance=args.tolerance,
-                                 paired_tolerance=args.paired_tolerance,
-                                 allow_signature_change=args.allow_signature_change, baseline_name=args.baseline)
-    for w in warnings:
+    outcome = run_gate(baseline, [i.result for i in coll.results], z=args.z, tolerance=args.tolerance,
+                       paired_tolerance=args.paired_tolerance, allow_signature_change=args.allow_signature_change,
+                       baseline_name=args.baseline)
+    comparisons = outcome.comparisons
+    for w in outcome.warnings:
         print(f"warning: {w}", file=sys.stderr)
+    print(f"privacy-regression gate against {args.baseline}: {summary_line(outcome.plans)}")
+    if detail := format_plan(outcome.plans):
+        print(detail)
     level = NormalDist().cdf(args.z)
-    print(f"privacy-regression gate against {args.baseline}: paired (same records): regression when the "
+    print(f"rule: paired (same records): regression when the "
           f"{level:.1%} lower bound of the drop > {args.paired_tolerance:g}; unpaired (no per-record outcomes): "
           f"when baseline − now > {args.z:g}·sqrt(se_base² + se_now²) + {args.tolerance:g}")
     print(format_comparisons(comparisons))
@@ -337,9 +384,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             else:
                 print(f"  {c.run}: {c.attack} {c.metric} is no longer measured ({c.new})", file=sys.stderr)
         return 1
-    print(f"passed: {len(comparisons)} privacy measure(s) within noise of the baseline")
+    fresh = sum(1 for p in outcome.plans if not p.stale and p.new is None)
+    print(f"passed: {len(comparisons)} privacy measure(s) within noise of the baseline" +
+          (f"; {fresh} baseline cell(s) unchanged by construction" if fresh else ""))
     return 0
 
 
-__all__ = ["BASELINE_SCHEMA", "Comparison", "add_parser", "cmd_check", "compare_estimates", "compare_measure",
-           "compare_paired", "compare_runs", "gate", "read_baseline", "run_label", "standard_error", "write_baseline"]
+__all__ = ["BASELINE_SCHEMA", "Comparison", "GateOutcome", "add_parser", "cmd_check", "compare_estimates",
+           "compare_measure", "compare_paired", "compare_runs", "gate", "read_baseline", "run_gate", "run_label",
+           "standard_error", "write_baseline"]
