@@ -415,8 +415,9 @@ def test_a_reading_says_how_often_its_target_was_reached_only_below_95_percent()
 
 
 def test_provenance_names_the_code_digest_and_counts_git_states():
-    """The report's "ran" line: the code digest that decides comparability first; a grid run in slices from many
-    commits names three of them and counts the rest."""
+    """The report's "ran" line: the code that measured the cells first, per component (cells signed with one digest
+    of the package are one component, all) and how many are fresh here; a grid run in slices from many commits
+    names three of them and counts the rest."""
     from rapt_audit.benchmark.render import _provenance
 
     cells = []
@@ -425,6 +426,7 @@ def test_provenance_names_the_code_digest_and_counts_git_states():
         result.env["git_sha"] = f"{i}" * 40 + ("-dirty" if i == 1 else "")
         cells.append(result)
     text = _provenance(cells)
-    assert text.startswith("5 cells on code abcd1234 (the package's code digest, in every signature), from git "
-                           "000000000000, 111111111111-dirty, 222222222222 and 2 more; on ")
+    assert text.startswith("5 cells: 5 signed with one digest of the whole package, code:abcd1234 (one component, "
+                           "all); against the code that rendered this, 0 fresh, 5 stale (all (code:abcd1234, one digest "
+                           "for everything) 5); from git 000000000000, 111111111111-dirty, 222222222222 and 2 more; on ")
     assert "0.00 h of cell time" in text

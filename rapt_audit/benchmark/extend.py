@@ -9,6 +9,13 @@ so every published cell keeps its ``cell_id`` and is reused, and only the added 
 Nothing is written into the published folder: the run writes into a new ``--out``, into which the
 published cells' folders are copied (so the folder's index, the full benchmark plus the additions, has
 every cell it lists, and it is exactly what ``benchmark verify`` expects from a contributor).
+
+Which code may add cells (issue #62, :func:`check_same_code`): a table's columns are the core and the attacks,
+whose digest is every published signature's ``code:``; each defense's own digest is its row's. So cells of a new
+defense join a table of per-component published cells when the code here has the same core and attacks (the same
+``code:``), whatever the published defenses' digests are (their rows are copied, never re-run, each with its own
+digest). Published cells signed before per-component digests hold one digest of the whole package: they are one
+component, and cells may be added only by the code whose package digest it is, as before.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from rapt_audit.benchmark.plan import not_applicable_reason
 from rapt_audit.benchmark.run import read_index
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result, why_unreadable
 from rapt_audit.reporting.collect import Collection, Loaded, Problem
+from rapt_audit.reporting.freshness import reference, table_key
 
 
 @dataclass
@@ -76,12 +77,21 @@ def _read_cells(out: Path, index: dict[str, Any], coll: Collection) -> tuple[dic
 
 
 def _dataset_signatures(index: dict[str, Any], found: dict[str, RunResult]) -> dict[str, str | None]:
-    """Dataset → the signature all its finished cells share (``None`` when they differ: each keeps its own)."""
-    seen: dict[str, set[str]] = {}
+    """Dataset → the signature its finished cells share, for the rows that have no cell of it (none of its attacks
+    applies to their defense): where the cells differ only in ``code:`` (some measured by other code), the
+    reference code's (:func:`~rapt_audit.reporting.freshness.reference`: the code here, else the newest), so such a
+    row stays in the table the report draws; ``None`` when they differ otherwise (each row keeps its own)."""
+    seen: dict[str, list[RunResult]] = {}
     for cell in index["cells"]:
         if cell["name"] in found:
-            seen.setdefault(cell["dataset"], set()).add(found[cell["name"]].signature)
-    return {ds: next(iter(sigs)) if len(sigs) == 1 else None for ds, sigs in seen.items()}
+            seen.setdefault(cell["dataset"], []).append(found[cell["name"]])
+    shared: dict[str, str | None] = {}
+    for dataset, results in seen.items():
+        signatures = {r.signature for r in results}
+        if len(signatures) > 1 and len({table_key(s) for s in signatures}) == 1:
+            signatures = reference(results, lambda r: r.signature)
+        shared[dataset] = next(iter(signatures)) if len(signatures) == 1 else None
+    return shared
 
 
 def protocol_label(index: dict[str, Any], found: dict[str, RunResult]) -> str:
@@ -132,6 +142,24 @@ def join(out: str | Path) -> Joined:
     return Joined(index, coll, pending, found)
 
 
+def _joined_code(index: dict[str, Any], parts: dict[str, RunResult]) -> dict[str, Any] | None:
+    """The joined row's ``env.code``: the digests of the code behind each number it holds (issue #62), so a
+    report compares the row with the code here component by component. Its core and defense are its cells' (two
+    digests joined by ``+`` where its cells differ, which matches no code: the row is stale), each attack's digest
+    that of the cell of its family's dataset. None when some cell records no per-component digests (signed
+    before them): the row is then one component, its signature's ``code:``."""
+    codes = {ds: r.env.get("code") for ds, r in parts.items()}
+    if not codes or not all(isinstance(c, dict) for c in codes.values()):
+        return None
+    attacks: dict[str, str] = {}
+    for family, dataset in index["datasets"].items():
+        digests = (codes.get(dataset) or {}).get("attacks", {})
+        attacks.update({a: digests[a] for a in index["family_attacks"].get(family, []) if a in digests})
+    return {"core": "+".join(sorted({str(c.get("core", "")) for c in codes.values()})),
+            "defense": "+".join(sorted({str(c.get("defense", "")) for c in codes.values()})),
+            "attacks": dict(sorted(attacks.items()))}
+
+
 def _merge(index: dict[str, Any], task: str, results: dict[str, RunResult | None], names: dict[str, str | None],
            signatures: dict[str, str | None]) -> RunResult:
     """One joined result: the task cell's utility, each family's attacks from its dataset's cell."""
@@ -164,11 +192,13 @@ def _merge(index: dict[str, Any], task: str, results: dict[str, RunResult | None
     # Every dataset's shared signature, in the index's order, so a row without a cell of some family
     # (none of its attacks applies to the defense) still joins the others' group.
     components = dict.fromkeys(s for ds in dict.fromkeys([task, *index["datasets"].values()])
-                               if (s := signatures.get(ds) or (parts[ds].signature if ds in parts else None)))
+                               if (s := parts[ds].signature if ds in parts else signatures.get(ds)))
     signature = (f"benchmark:{index['name']}|task:{task}|utility:{index['protocol']}|"
                  + "+".join(components))  # one token (no spaces): shown as code
     cell_id = hashlib.sha256(" ".join(sorted(r.cell_id for r in parts.values())).encode("utf-8")).hexdigest()[:12]
-    env = {**base.env, "threat_models": {**(base.env.get("threat_models") or {}), **threat},
+    env = {**{k: v for k, v in base.env.items() if k != "code"},
+           **({"code": code} if (code := _joined_code(index, parts)) else {}),
+           "threat_models": {**(base.env.get("threat_models") or {}), **threat},
            # The row's cost: every cell it joins.
            "wall_time_s": round(sum(float(r.env.get("wall_time_s") or 0.0) for r in parts.values()), 3),
            "benchmark": {"name": index["name"], "file_sha256": index.get("file_sha256"),

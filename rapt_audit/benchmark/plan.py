@@ -7,8 +7,10 @@ digits of its ``cell_id``, so a cell is found again only by its exact configurat
 benchmark run again reuses every finished cell, and editing the file never makes a folder hold a
 different run.
 
-Cost: a cell already finished costs nothing (it is reused) and says what it took
-(``env.wall_time_s``); a pending cell is estimated from the finished cells of the same defense on
+Cost: a cell already finished by the code here costs nothing (it is reused) and says what it took
+(``env.wall_time_s``); a *stale* cell, one that other code measured (issue #62: a digest per component,
+:mod:`rapt_audit.api.components`), is to run, and costs what its stale stages took (the stages whose
+digests still match are reused); a pending cell is estimated from the finished cells of the same defense on
 the same dataset, else from the per-profile table ``costs.toml`` next to this module.
 """
 
@@ -166,11 +168,22 @@ def profile_costs(profile: str) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class CellCost:
-    """What a cell costs: ``seconds`` (0 when finished), and where the figure comes from."""
+    """What a cell costs: ``seconds`` (0 when finished), where the figure comes from, and for a ``stale`` cell
+    (one other code measured) its stale components (:func:`stale_components`)."""
 
     status: str
     seconds: float
     source: str
+    stale: tuple[str, ...] = ()
+
+
+def stale_components(cell: BenchCell, result: RunResult) -> tuple[str, ...]:
+    """The components of ``cell``'s stored ``result`` that the code here would compute differently, by name:
+    ``core``, ``defense:NAME``, ``attack:NAME``, or for a cell signed with one digest of the whole package
+    ``all (code:…, one digest for everything)`` (:meth:`~rapt_audit.api.components.Staleness.components`);
+    empty when the cell is fresh."""
+    stale = stored_stages(result, cell_code(cell.cell.config)).stale
+    return tuple(f"defense:{cell.defense}" if name == "defense" else name for name in stale)
 
 
 def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
@@ -192,8 +205,9 @@ def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
                 continue
             # Only the stale stages run again: what the cell took, less the stored seconds of what it keeps.
             left = max(float(wall or 0.0) - sum(reused.timings.values()), 0.0)
-            costs.append(CellCost("stale", left, f"stale ({', '.join(reused.stale)}): those stages run again, "
-                                                 f"about {duration(left)} of the {wall} s it took"))
+            stale = stale_components(cell, result)
+            costs.append(CellCost("stale", left, f"stale ({'; '.join(stale)}): those stages run again, "
+                                                 f"about {duration(left)} of the {wall} s it took", stale))
             continue
         seen = similar.get((cell.defense, cell.dataset))
         if seen:
@@ -213,12 +227,12 @@ def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
     return costs
 
 
-def stale_summary(sources: Iterable[str]) -> str:
-    """``core 12, attack:bayes_inversion 40``: how many stale cells each component makes stale (from the
-    ``stale (…)`` sources :func:`estimate_costs` writes)."""
+def stale_summary(stale: Iterable[Sequence[str]]) -> str:
+    """``attack:bayes_inversion 755, defense:custext 20``: how many cells each component makes stale, from each
+    stale cell's components (:attr:`CellCost.stale`); a cell counts under every component of it that is stale."""
     counts: dict[str, int] = {}
-    for source in sources:
-        for component in source.partition("(")[2].partition(")")[0].split(", "):
+    for components in stale:
+        for component in components:
             counts[component] = counts.get(component, 0) + 1
     return ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
@@ -247,12 +261,13 @@ def dry_run_text(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, job
                  f"({len(stale)} of them stale: other code measured them), about "
                  f"{duration(total)} one after another{share}")
     if stale:
-        lines.append("stale by component: " + stale_summary(c.source for c in stale))
+        lines.append("stale by component: " + stale_summary(c.stale for c in stale))
     lines += [f"note: {n}" for n in notes] + [f"problem: {p}" for p in problems]
     lines.append("dry run: nothing was run or written" + (" (fix the problems above first)" if problems else
                                                            " (drop --dry-run to run it)"))
     return "\n".join(lines)
 
 
-__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "count_cells", "datasets_of", "dry_run_text", "stale_summary",
-           "estimate_costs", "finished", "not_applicable_reason", "plan_cells", "profile_costs"]
+__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "count_cells", "datasets_of", "dry_run_text",
+           "estimate_costs", "finished", "not_applicable_reason", "plan_cells", "profile_costs", "stale_components",
+           "stale_summary"]

@@ -26,6 +26,7 @@ from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
 from rapt_audit.benchmark.paired import Margin
 from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
+from rapt_audit.benchmark.status import code_summary, fresh_counts
 from rapt_audit.pipeline.results import RESULT_FILE, signature_fields
 from rapt_audit.pipeline.sweep import SWEEP_INDEX
 from rapt_audit.reporting.claims import evaluate, format_markdown
@@ -140,18 +141,17 @@ def _facts(index: dict[str, Any], joined: Joined) -> list[tuple[str, str]]:
 
 
 def _provenance(cells: Sequence[Any]) -> str:
-    """Which code and machine made the finished cells, and what they cost: the package's code digest (the
-    signature's ``code:`` field, which decides what is comparable), the git states the cells ran from (a modified
-    tree says ``-dirty``; a grid run in slices over several sessions lists many), the platforms and threads,
-    and the sum of the cells' wall times."""
-    codes = sorted({signature_fields(r.signature).get("code", "none recorded") for r in cells})
+    """Which code and machine made the finished cells, and what they cost: the code per component and how many
+    cells are fresh or stale against the code rendering this (:func:`~rapt_audit.benchmark.status.code_summary`:
+    cells signed with one digest of the whole package are one component, ``all``), the git states the cells ran
+    from (a modified tree says ``-dirty``; a grid run in slices over several sessions lists many), the platforms
+    and threads, and the sum of the cells' wall times."""
     shas = sorted({str(r.env.get("git_sha") or "not a git checkout") for r in cells})
     platforms = sorted({f"{r.env.get('platform', '?')}, {r.env.get('device', '?')}, "
                         f"{r.env.get('threads', '?')} thread(s) per cell" for r in cells})
     seconds = sum(float(r.env.get("wall_time_s") or 0.0) for r in cells)
-    return (f"{len(cells)} cells on code {', '.join(codes)} (the package's code digest, in every signature), "
-            f"from git {git_states(shas)}; on {'; '.join(platforms)}; {seconds / 3600:.2f} h of cell time in all "
-            "(cells side by side with --jobs overlap, so the elapsed time is shorter)")
+    return (f"{code_summary(cells)}; from git {git_states(shas)}; on {'; '.join(platforms)}; {seconds / 3600:.2f} h "
+            "of cell time in all (cells side by side with --jobs overlap, so the elapsed time is shorter)")
 
 
 def _is_sanity(attack: str) -> bool:
@@ -166,8 +166,10 @@ def first_line(index: dict[str, Any], joined: Joined, escape: Callable[[str], st
     name, the one part read from a file)."""
     codes = sorted({code for cell in joined.cells.values() if (code := signature_fields(cell.signature).get("code"))})
     seeds = ", ".join(map(str, index["seeds"]))
+    fresh, stale = fresh_counts(list(joined.cells.values()))
     return (f"{escape(str(index['name']))} — profile {index['profile']}, seeds {seeds}, {len(joined.cells)} of "
-            f"{len(index['cells'])} cells, code {', '.join(codes) or 'unknown'}. Worst-case "
+            f"{len(index['cells'])} cells, code {', '.join(codes) or 'unknown'} ({fresh} fresh, {stale} stale against "
+            "the code that rendered this). Worst-case "
             "privacy is the strongest inversion attack that reads the release; the method, the per-attack tables, "
             "signatures and full provenance are below.")
 

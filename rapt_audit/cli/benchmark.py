@@ -1,5 +1,6 @@
-"""``rapt-audit benchmark run|report|verify``: a declared benchmark (``benchmarks/NAME.toml``) run, read, and a
-contributor's folder checked against the published one (:mod:`rapt_audit.cli.bench_verify`)."""
+"""``rapt-audit benchmark run|status|report|verify``: a declared benchmark (``benchmarks/NAME.toml``) run, its
+cells compared with the code here (``status``), read, and a contributor's folder checked against the published one
+(:mod:`rapt_audit.cli.bench_verify`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rapt_audit.benchmark.extend import copy_published, extend, select, summary
 from rapt_audit.benchmark.plan import dry_run_text, plan_cells
 from rapt_audit.benchmark.render import write_benchmark_report
 from rapt_audit.benchmark.run import check_benchmark_dir, default_out, run_benchmark
+from rapt_audit.benchmark.status import cell_states, source_of, status_text
 from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.cli import bench_verify
 from rapt_audit.cli.options import add_cell_options, cell_executor
@@ -27,11 +29,13 @@ EPILOG = """examples:
   rapt-audit benchmark run smoke --out runs/bench-smoke
   rapt-audit benchmark run sst2-paper --dry-run
   rapt-audit benchmark run sst2-cpu --jobs 2 --time-budget 3000
+  rapt-audit benchmark status smoke --out runs/bench-smoke
   rapt-audit benchmark report runs/bench-smoke
   rapt-audit benchmark verify runs/submission --against runs/bench-smoke --sample 0
 NAME is a benchmark shipped with rapt-audit (the repository's benchmarks/ folder); FILE is any .toml of
 the same format (README: Benchmarks). Every cell is checked before any work; a bad file stops with
-FILE:LINE and the fix. Finished cells are reused, so an interrupted benchmark run again goes on; run
+FILE:LINE and the fix. Finished cells are reused, so an interrupted benchmark run again goes on; a cell that
+other code measured is stale and has only its stale stages run again (status lists them by component); run
 renders DIR/index.html, DIR/leaderboard.md and DIR/claims.md when every cell has finished. verify (for
 maintainers) refuses a contributor's cells measured otherwise than the published ones and re-runs a sample.
 To put your defense on a published benchmark, give its folder (reports/NAME or a downloaded copy) with
@@ -40,10 +44,10 @@ copied and reused (docs/writing-a-defense.md: Put your defense on the leaderboar
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the ``benchmark`` sub-command and its ``run``, ``report`` and ``verify`` actions."""
+    """Register the ``benchmark`` sub-command and its ``run``, ``status``, ``report`` and ``verify`` actions."""
     p = sub.add_parser("benchmark", help="run a declared benchmark (benchmarks/NAME.toml), render its report",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    actions = p.add_subparsers(dest="benchmark_command", required=True, metavar="{run,report,verify}")
+    actions = p.add_subparsers(dest="benchmark_command", required=True, metavar="{run,status,report,verify}")
     run = actions.add_parser("run", help="run every cell of a benchmark (finished cells are reused)")
     run.add_argument("benchmark", metavar="NAME|FILE",
                      help="a shipped benchmark (smoke, sst2-cpu, sst2-paper) or a .toml file")
@@ -62,6 +66,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "dataset= or a setting such as p=0.3); repeat to require several. The index still lists "
                           "every cell, and the report is rendered once all have finished")
     add_cell_options(run)
+    status = actions.add_parser("status", help="which cells are fresh, stale (other code measured them, by component) "
+                                               "or pending; runs nothing")
+    status.add_argument("benchmark", metavar="NAME|FILE|DIR",
+                        help="a shipped benchmark or a .toml file (with --out), or a benchmark folder (read by its "
+                             "own copy of its file, benchmark.toml)")
+    status.add_argument("--out", default=None, help="the benchmark's folder (default: DIR, else runs/benchmark-NAME)")
+    status.add_argument("--cell", dest="cells", action="append", default=[], metavar="SELECTOR",
+                        help="only the cells that match (as run's --cell)")
+    status.add_argument("--list", dest="listing", action="store_true",
+                        help="list every cell that is not fresh, with its stale components")
     report = actions.add_parser("report", help="render a benchmark folder's report, leaderboard and claims")
     report.add_argument("folder", metavar="DIR", help="the --out folder of benchmark run")
     report.add_argument("--out", default=None, help="HTML file (default DIR/index.html)")
@@ -71,9 +85,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_benchmark(args: argparse.Namespace) -> int:
-    """Run ``benchmark run``, ``benchmark report`` or ``benchmark verify``."""
+    """Run ``benchmark run``, ``benchmark status``, ``benchmark report`` or ``benchmark verify``."""
     if args.benchmark_command == "verify":
         return bench_verify.cmd_verify(args)
+    if args.benchmark_command == "status":
+        return _status(args)
     if args.benchmark_command == "report":
         html, markdown, joined = write_benchmark_report(args.folder, out=args.out, leaderboard=args.leaderboard,
                                                         title=args.title)
@@ -82,6 +98,18 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
               f"joined row(s) of {len(joined.cells)} finished cell(s); {len(joined.pending)} pending)")
         return 0
     return _run(args)
+
+
+def _status(args: argparse.Namespace) -> int:
+    """``benchmark status``: the cells against the code here, by component (the data is not loaded: the status is
+    about code)."""
+    source, folder = source_of(args.benchmark)
+    bench = load_benchmark(source, check_data=False)
+    out = Path(args.out) if args.out else folder or default_out(bench)
+    cells = plan_cells(bench, out=out)
+    cells = select(cells, args.cells) if args.cells else cells
+    print(status_text(bench, cell_states(cells), out=out, source=source, listing=args.listing))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

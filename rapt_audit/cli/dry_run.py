@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rapt_audit.api.params import get_params
-from rapt_audit.pipeline import runner
+from rapt_audit.pipeline import runner, stage_reuse
 from rapt_audit.pipeline.contracts import unreadable_release
 from rapt_audit.pipeline.sweep import Cell
 
@@ -24,12 +24,23 @@ def _params(values: dict[str, Any]) -> str:
 
 
 def _output_state(checked: runner.Plan) -> str:
-    """What a real run would do with its output directory (plan() has already refused a foreign one)."""
-    if checked.existing is None:
+    """What a real run would do with its output directory (plan() has already refused a foreign one): a result
+    the code here would compute none of differently is reused; one that other code measured is *stale*, and
+    only its stale stages run again (issue #62, :mod:`rapt_audit.pipeline.stage_reuse`), named by component."""
+    if checked.existing is not None:
+        if checked.config.force:
+            return "holds this run; --force runs it again"
+        return "holds this run; it would be reused (--force runs it again)"
+    if not (checked.out / runner.RESULT_FILE).is_file():
         return "new"
     if checked.config.force:
-        return "holds this run; --force runs it again"
-    return "holds this run; it would be reused (--force runs it again)"
+        return "holds this run, measured by other code or with failed attacks; --force runs all of it again"
+    stored = stage_reuse.reusable_in(checked.out, checked.config, checked.here or stage_reuse.cell_code(
+        checked.config))
+    stale = "; ".join(stored.stale) or "its failed attacks"
+    kept = ", ".join(stored.names()) or "nothing"
+    return (f"holds this run, stale against the code here ({stale}): those stages run again and {kept} is reused "
+            "(--force runs all of it again)")
 
 
 def plan_rows(checked: runner.Plan) -> list[tuple[str, str]]:
@@ -126,7 +137,8 @@ def sweep_plan(cells: Sequence[Cell], *, out: Path) -> str:
     """
     plans = [plan_rows(runner.plan(cell.config)) for cell in cells]
     first = set(plans[0]) if plans else set()
-    lines = [f"sweep of {len(cells)} cell(s) in {out} (finished cells are reused)"]
+    lines = [f"sweep of {len(cells)} cell(s) in {out} (finished cells are reused; a stale one, measured by other "
+             "code, has only its stale stages run again)"]
     for i, (cell, rows) in enumerate(zip(cells, plans)):
         shown = rows if i == 0 else [r for r in rows if r not in first or r[0] == "output"]
         lines.append(f"cell {cell.label}" + ("" if i == 0 else " (as the first cell except:)"))
