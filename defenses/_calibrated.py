@@ -5,7 +5,7 @@ Calibration privatizes the public calibration text a dozen times or more (``find
 or a benchmark that names the same ``replacement`` target. The η it finds depends only on the
 mechanism (the defense's class and its release parameters), the public text, the seed the
 calibration draws its noise from, the public model and the code a release can run (the release
-cache's :func:`~rapt_audit.api.files.source_digest`); it is stored under that signature and
+cache's :func:`~rapt_audit.api.components.release_code`); it is stored under that signature and
 read back, so a later run gets exactly the η the first one computed.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from rapt_audit.api.context import RunContext
-from rapt_audit.api.files import read_cache_json_gz, source_digest, stable_hash, write_cache_json_gz
+from rapt_audit.api.components import release_code
+from rapt_audit.api.files import read_cache_json_gz, stable_hash, write_cache_json_gz
 from rapt_audit.data.public import public_corpus
 from rapt_audit.defenses._pretraining import mechanism_parameters
 from rapt_audit.encoder.models import model_fingerprint
@@ -24,7 +25,7 @@ from rapt_audit.mechanisms.analysis_pack import texts_digest
 from rapt_audit.mechanisms.calibration import find_eta
 
 #: Bumped when the stored document's shape changes.
-FORMAT = "calibrated-eta/1"
+FORMAT = "calibrated-eta/2"  # 2: the key's code is the core's and the defense's digests (issue #62)
 
 
 def calibrated_eta(defense: Any, mechanism: Mapping[str, Any], *, target: float, corpus: str, texts: Sequence[str],
@@ -43,7 +44,7 @@ def calibrated_eta(defense: Any, mechanism: Mapping[str, Any], *, target: float,
     signature = {"format": FORMAT, "defense": defense.name, "mechanism": dict(mechanism), "target": target,
                  "corpus": corpus, "texts": texts_digest(list(texts)), "seed": seed,
                  "model": model_fingerprint(ctx.model, cache_dir=ctx.cache_dir),
-                 "code": source_digest(type(defense))}
+                 "code": release_code(type(defense))}
     path = Path(ctx.cache_dir) / "calibration" / f"{stable_hash(signature)[:24]}.json.gz"
     stored = read_cache_json_gz(path)
     if isinstance(stored, dict) and stored.get("signature") == signature:

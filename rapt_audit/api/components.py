@@ -244,6 +244,14 @@ def core_digest() -> str:
     return digest_files(module_files(CORE_MODULE))
 
 
+def release_code(defense_type: type) -> str:
+    """The digest of the code a ``defense_type`` defense's cached work can run (its releases, privatized texts and
+    calibrated η): the core's and the defense's own component digests. An edit to one defense's file, or to an
+    attack, keeps every other defense's cache entries."""
+    text = f"core={core_digest()}\ndefense={plugin_digest(defense_type)}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 @functools.lru_cache(maxsize=None)
 def plugin_digest(cls: type, origin: str = "") -> str:
     """A defense's or attack's digest: the code its class and base classes import; ``origin``
@@ -354,4 +362,4 @@ def table_codes(attacks: Iterable[str]) -> tuple[str, str]:
 
 
 __all__ = ["ALL", "CORE_MODULE", "CellCode", "DIGEST_LENGTH", "Staleness", "class_modules", "core_digest",
-           "current_code", "digest_files", "table_codes", "module_files", "plugin_digest"]
+           "current_code", "digest_files", "release_code", "table_codes", "module_files", "plugin_digest"]

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import secrets
-import sys
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -131,20 +130,6 @@ def _source_digest(folders: tuple[tuple[str, bool], ...]) -> str:
     return digest.hexdigest()
 
 
-def source_digest(defense_type: type) -> str:
-    """A hash of the code a release can run: the core (less reporting, CLI, attacks) and the defense's package.
-
-    Paths enter the hash relative to their folder, so checkouts in different places share entries.
-    """
-    core = Path(__file__).resolve().parent.parent  # rapt_audit/
-    folders = [(str(core), True)]
-    for cls in defense_type.__mro__:
-        module_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
-        if module_file and Path(module_file).resolve().parent != core:
-            folders.append((str(Path(module_file).resolve().parent), False))
-    return _source_digest(tuple(dict.fromkeys(folders)))
-
-
 def package_code_digest() -> str:
     """A hash of rapt-audit's own code that can change a number: the core (less reporting, CLI, benchmark
     planning), the built-in defenses and the built-in attacks.
@@ -167,6 +152,6 @@ def package_code_digest() -> str:
 
 #: The atomic writers live in :mod:`rapt_audit.api.atomic`; callers import them from here with the rest.
 __all__ = ["AtomicWrites", "DiskFullError", "UnwritableError", "json_text", "package_code_digest",
-           "read_cache_json_gz", "remove_stray_temps", "source_digest", "stable_hash", "write_atomic",
+           "read_cache_json_gz", "remove_stray_temps", "stable_hash", "write_atomic",
            "write_bytes_atomic", "write_cache_atomic", "write_cache_json_gz", "write_json_atomic",
            "write_text_atomic"]

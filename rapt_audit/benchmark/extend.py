@@ -29,7 +29,6 @@ from typing import Any, Sequence
 
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.components import table_codes
-from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.benchmark.admit import Published, read_published
 from rapt_audit.benchmark.plan import BenchCell
 from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
@@ -37,6 +36,7 @@ from rapt_audit.benchmark.locate import find_line
 from rapt_audit.benchmark.spec import Benchmark, BenchmarkError, read_toml, resolve
 from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.benchmark.verify import matches
+from rapt_audit.pipeline.stage_reuse import cell_attacks
 
 #: The only top-level key an additions file may hold: the rest is the published benchmark's.
 ADD_KEYS = ("defenses",)
@@ -86,7 +86,7 @@ def check_same_code(published: Published) -> None:
     """
     # The table's code is its core's and its attacks' (a new defense brings its own digest, per row).
     here = {code for r in published.joined.cells.values()
-            for code in table_codes(n for n in r.attacks if n != WORST_CASE)}
+            for code in table_codes(cell_attacks(r))}
     codes = sorted({code for dataset in published.signatures for code in published.codes(dataset)})
     if not codes or set(codes) <= here:
         return

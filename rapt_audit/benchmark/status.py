@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from rapt_audit.api.components import current_code
-from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.benchmark.plan import BenchCell, finished, stale_components, stale_summary
 from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
 from rapt_audit.benchmark.spec import Benchmark
 from rapt_audit.pipeline.results import RunResult
-from rapt_audit.pipeline.stage_reuse import stored_code
+from rapt_audit.pipeline.stage_reuse import recorded_here, stored_code
 
 FRESH, STALE, PENDING = "fresh", "stale", "pending"
 
@@ -100,10 +98,8 @@ def status_text(bench: Benchmark, states: Sequence[CellState], *, out: Path, sou
 def result_components(result: RunResult) -> tuple[str, ...]:
     """The stale components of a stored cell's ``result`` against the code here, by code alone (a failed attack is
     not counted: this is about what code measured the numbers), named as :func:`stale_components` names them."""
-    code = stored_code(result)
     defense = str(result.defense.get("name"))
-    attacks = list(code.attacks) if not code.legacy else [n for n in result.attacks if n != WORST_CASE]
-    stale = code.stale(current_code(defense, attacks)).components()
+    stale = stored_code(result).stale(recorded_here(result)).components()
     return tuple(f"defense:{defense}" if name == "defense" else name for name in stale)
 
 

@@ -48,7 +48,6 @@ from typing import Any, Callable, Sequence
 
 from rapt_audit.api.errors import DataError, ResultError, UsageError
 from rapt_audit.api.components import table_codes
-from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.api.types import AttackResult, Estimate
 from rapt_audit.benchmark.admit import (
     Published,
@@ -64,6 +63,7 @@ from rapt_audit.benchmark.admit import (
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.plan import BenchCell
 from rapt_audit.pipeline.results import RunResult
+from rapt_audit.pipeline.stage_reuse import cell_attacks
 from rapt_audit.pipeline.sweep import Axis, CellsFailed, Executor, run_sweep
 from rapt_audit.reporting.baseline import run_label
 from rapt_audit.reporting.check import Comparison, compare_measure, compare_runs, signature_diff
@@ -260,7 +260,7 @@ def verify(folder: str | Path, *, against: str | Path, sample: int | None = DEFA
         pairs = []
         for cell in chosen:  # each cell's code against its own published cells: a bad one costs only itself
             mine = sub.cells[cell["name"]]
-            why_not = code_refusal(published, cell, mine, table_codes(n for n in mine.attacks if n != WORST_CASE))
+            why_not = code_refusal(published, cell, mine, table_codes(cell_attacks(mine)))
             if why_not is None:
                 pairs.append((cell, expected[cell["name"]]))
             else:

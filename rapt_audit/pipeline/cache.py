@@ -3,7 +3,7 @@
 A release is a deterministic function of the fitted defense and the records it privatizes, so its
 key hashes everything that goes into either (:func:`fitted_state`, then :func:`release_key`):
 
-* the cache format, the package version, the digests of the core's and of the defense's code (:func:`release_code`:
+* the cache format, the package version, the digests of the core's and of the defense's code (:func:`rapt_audit.api.components.release_code`:
   an edited mechanism is a new key, not a stale hit, while an edit to one defense keeps every other defense's
   entries) and the versions of numpy, torch and the like;
 * the defense's name and parameters and, once fitted, its privacy parameter in force (``privacy_level``:
@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from rapt_audit.api.errors import DataError
-from rapt_audit.api.components import core_digest, plugin_digest
+from rapt_audit.api.components import release_code
 from rapt_audit.api.files import stable_hash, write_cache_atomic
 from rapt_audit.api.params import get_params, to_jsonable
 from rapt_audit.api.types import Record, Release, uid_key
@@ -70,16 +70,6 @@ def public_data_fingerprint(ctx: RunContext) -> dict[str, Any]:
     except DataError:
         wikitext = None
     return {"data_dir": str(root.resolve()) if root is not None else None, "wikitext2": wikitext}
-
-
-def release_code(defense_type: type) -> str:
-    """The digest of the code a release of a ``defense_type`` defense can run: the core's and the defense's own
-    component digests (:mod:`rapt_audit.api.components`: its module, base classes and what they import).
-
-    Not the whole package's: an edit to one defense's file, or to an attack, keeps every other defense's
-    cached releases and privatized texts.
-    """
-    return stable_hash({"core": core_digest(), "defense": plugin_digest(defense_type)})
 
 
 def run_state(ctx: RunContext, *, model_fingerprint: str) -> dict[str, Any]:
@@ -299,4 +289,4 @@ def cached_defense(defense: Any, *, ctx: RunContext, enabled: bool, fit_records:
 
 
 __all__ = ["CACHE_FORMAT", "CachedDefense", "ReleaseStore", "cached_defense", "decode_release", "encode_release",
-           "fitted_state", "records_digest", "release_code", "release_key", "run_state"]
+           "fitted_state", "records_digest", "release_key", "run_state"]

@@ -89,6 +89,19 @@ def stored_code(result: RunResult) -> CellCode:
     return CellCode.stored(signature_fields(result.signature).get("code", ""), result.env)
 
 
+def cell_attacks(result: RunResult) -> list[str]:
+    """The attacks a result's cell runs (the worst case is not an attack: it is computed from them)."""
+    return [name for name in result.attacks if name != WORST_CASE]
+
+
+def recorded_here(result: RunResult) -> CellCode:
+    """The code here for the components ``result`` records: its defense and the attacks of its ``env.code`` (all
+    its attacks, for a result of one digest)."""
+    code = stored_code(result)
+    attacks = list(code.attacks) if not code.legacy else cell_attacks(result)
+    return current_code(str(result.defense.get("name")), attacks)
+
+
 def staleness(result: RunResult, here: CellCode) -> Staleness:
     """What of the stored ``result`` the code ``here`` would compute differently; a failed or interrupted
     attack counts as stale (it has no number to keep)."""
@@ -130,4 +143,4 @@ def reusable_in(out: Path, config: RunConfig, here: CellCode) -> StoredStages:
     return stored_stages(existing, here)
 
 
-__all__ = ["StoredStages", "cell_code", "here_code", "reusable_in", "staleness", "stored_code", "stored_stages"]
+__all__ = ["StoredStages", "cell_attacks", "cell_code", "here_code", "recorded_here", "reusable_in", "staleness", "stored_code", "stored_stages"]

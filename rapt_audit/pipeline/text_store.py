@@ -8,7 +8,7 @@ So a cell that changes only the training, or is run again with other attacks, re
 instead of privatizing them once more; at the ``smoke`` profile that is most of a warm run's time.
 
 The key hashes the same run ingredients as the release cache (:func:`rapt_audit.pipeline.cache.run_state`
-and the core's and the defense's code, :func:`~rapt_audit.pipeline.cache.release_code`) with the defense's
+and the core's and the defense's code, :func:`~rapt_audit.api.components.release_code`) with the defense's
 *mechanism* parameters in place of all of them. An entry
 is one gzip'd JSON file under ``<cache_dir>/texts/<key[:2]>/<key>.json.gz``; one that cannot be read, or does not fit its
 records, is privatized again after one warning, and one that cannot be written leaves the texts in
@@ -29,7 +29,8 @@ from rapt_audit.api.files import read_cache_json_gz, stable_hash, write_cache_js
 from rapt_audit.api.params import to_jsonable
 from rapt_audit.api.types import Record
 from rapt_audit.mechanisms.calibration import ReplacementCount
-from rapt_audit.pipeline.cache import records_digest, release_code, run_state
+from rapt_audit.api.components import release_code
+from rapt_audit.pipeline.cache import records_digest, run_state
 from rapt_audit.pipeline.context import RunContext
 
 #: Bumped whenever what an entry holds or what its key hashes changes, so old entries are never read.

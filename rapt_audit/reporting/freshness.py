@@ -22,10 +22,8 @@ import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
-from rapt_audit.api.components import CellCode, current_code
-from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.pipeline.results import RunResult
-from rapt_audit.pipeline.stage_reuse import stored_code
+from rapt_audit.pipeline.stage_reuse import recorded_here, stored_code
 from rapt_audit.reporting.collect import Loaded
 
 _CODE_FIELD = re.compile(r"\|code:[0-9a-f]+")
@@ -43,17 +41,10 @@ def table_key(signature: str) -> str:
     return _CODE_FIELD.sub("", signature)
 
 
-def _here(res: RunResult, code: CellCode) -> CellCode:
-    """The code here for the components ``res`` records (all its attacks, for a result of one digest)."""
-    attacks = list(code.attacks) if not code.legacy else [n for n in res.attacks if n != WORST_CASE]
-    return current_code(str(res.defense.get("name")), attacks)
-
-
 def table_is_here(res: RunResult) -> bool:
     """Whether the code here has the core and the attacks that measured ``res`` (for a result of one digest: all
     of it)."""
-    code = stored_code(res)
-    here = _here(res, code)
+    code, here = stored_code(res), recorded_here(res)
     if code.legacy:
         return not code.stale(here)
     return code.core == here.core and all(here.attacks.get(n) == d for n, d in code.attacks.items())
@@ -62,7 +53,7 @@ def table_is_here(res: RunResult) -> bool:
 def _defense_is_here(res: RunResult) -> bool:
     """Whether the code here has the defense that measured ``res`` (for a result of one digest: all of it)."""
     code = stored_code(res)
-    return not code.stale(_here(res, code)) if code.legacy else code.defense == _here(res, code).defense
+    return not code.stale(recorded_here(res)) if code.legacy else code.defense == recorded_here(res).defense
 
 
 def _defense_code(res: RunResult) -> str:

@@ -27,21 +27,12 @@ from rapt_audit.api.components import CellCode, Staleness, current_code
 from rapt_audit.api.plugins import WORST_CASE, load_named
 from rapt_audit.api.types import AttackResult
 from rapt_audit.pipeline.config import settings_id
-from rapt_audit.pipeline.results import RunResult, signature_fields
+from rapt_audit.pipeline.results import RunResult
+from rapt_audit.pipeline.stage_reuse import cell_attacks, stored_code
 from rapt_audit.reporting.baseline import run_label
 
 #: How many cells or components a summary names before it says "…".
 _SHOWN = 6
-
-
-def stored_code(result: RunResult) -> CellCode:
-    """The digests a stored result records (one component, ``all``, when it was signed before issue #62)."""
-    return CellCode.stored(signature_fields(result.signature).get("code", ""), result.env)
-
-
-def cell_attacks(result: RunResult) -> list[str]:
-    """The attacks a result's cell runs (the worst case is not an attack: it is computed from them)."""
-    return [name for name in result.attacks if name != WORST_CASE]
 
 
 @dataclass(frozen=True)
@@ -196,5 +187,5 @@ def new_run_warning(plan: CellPlan) -> str | None:
             f"it gates that code, not this one; run it here: `{rerun_command(plan.new.config)}`")
 
 
-__all__ = ["CellPlan", "cell_attacks", "format_plan", "missing_message", "new_run_warning", "plan_cells",
-           "rerun_command", "stored_code", "summary_line"]
+__all__ = ["CellPlan", "format_plan", "missing_message", "new_run_warning", "plan_cells",
+           "rerun_command", "summary_line"]
