@@ -150,8 +150,13 @@ def package_code_digest() -> str:
     return _source_digest(tuple(folders))
 
 
+def default_cache_dir() -> Path:
+    """Where expensive intermediate results are cached: ``$RAPT_AUDIT_CACHE``, else ``~/.cache/rapt-audit``."""
+    return Path(os.environ.get("RAPT_AUDIT_CACHE", Path.home() / ".cache" / "rapt-audit")).expanduser()
+
+
 #: The atomic writers live in :mod:`rapt_audit.api.atomic`; callers import them from here with the rest.
-__all__ = ["AtomicWrites", "DiskFullError", "UnwritableError", "json_text", "package_code_digest",
+__all__ = ["AtomicWrites", "DiskFullError", "UnwritableError", "default_cache_dir", "json_text", "package_code_digest",
            "read_cache_json_gz", "remove_stray_temps", "stable_hash", "write_atomic",
            "write_bytes_atomic", "write_cache_atomic", "write_cache_json_gz", "write_json_atomic",
            "write_text_atomic"]

@@ -11,12 +11,12 @@ per run however many defenses and attacks use it.
 
 from __future__ import annotations
 
-import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from rapt_audit.api.files import default_cache_dir  # re-exported: the pipeline's callers import it from here
 from rapt_audit.api.parsing import check_seed
 from rapt_audit.encoder.models import load_model, load_tokenizer
 
@@ -31,11 +31,6 @@ T = TypeVar("T")
 #: Profiles trade fidelity for cost: ``smoke`` (seconds, for tests), ``cpu`` (minutes on a laptop) and
 #: ``paper`` (the papers' settings on full datasets, for a GPU); see ``RunConfig.profile``.
 PROFILES = ("smoke", "cpu", "paper")
-
-
-def default_cache_dir() -> Path:
-    """Where expensive intermediate results are cached: ``$RAPT_AUDIT_CACHE``, else ``~/.cache/rapt-audit``."""
-    return Path(os.environ.get("RAPT_AUDIT_CACHE", Path.home() / ".cache" / "rapt-audit")).expanduser()
 
 
 def derive_seed(seed: int, *key: object) -> int:
