@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from rapt_audit.api.files import default_cache_dir  # re-exported: the pipeline's callers import it from here
+from rapt_audit.api.files import default_cache_dir
 from rapt_audit.api.parsing import check_seed
 from rapt_audit.encoder.models import load_model, load_tokenizer
 
@@ -140,3 +140,7 @@ class RunContext:
         Treat it as read-only: plugins that train an encoder must copy it first.
         """
         return self.shared(("encoder", self.model, self.device), lambda: load_model(self.model, device=self.device))
+
+
+#: default_cache_dir lives in api.files (the encoder layer needs it too); the pipeline's callers import it from here.
+__all__ = ["PROFILES", "RunContext", "default_cache_dir", "derive_seed"]
