@@ -65,10 +65,21 @@ def enforce_offline() -> None:
 def resolve_model_path(spec: str) -> str:
     """Turn a model spec into a loadable directory or hub id.
 
+    ``mpnet`` (``all-mpnet-base-v2``) resolves to its folder assembled from PyPI pieces
+    (:mod:`rapt_audit.encoder.assembled`).
+
     Raises:
-        ModelError: when ``minilm`` is asked for but its package is not installed, or a path-like
-            spec does not exist.
+        ModelError: when ``minilm`` is asked for but its package is not installed, ``mpnet`` is not
+            assembled, or a path-like spec does not exist.
     """
+    from rapt_audit.encoder import assembled  # lazy (loaded by import rapt_audit, python -m of it would warn)
+
+    name = assembled.ALIASES.get(spec.lower())
+    if name is not None:
+        path = assembled.assembled_path(name)
+        if path is None:
+            raise ModelError(assembled.not_assembled_message(spec, name))
+        return str(path)
     package = ALIASES.get(spec.lower())
     if package is not None:
         try:
