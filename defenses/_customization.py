@@ -89,7 +89,7 @@ class Customized(CheckedParams):
         settings = resolve_settings(self.method, ctx.profile, self.training_overrides())
         resolve_grid(settings.method, ctx.profile, lr=self.lr, lr_grid=self.lr_grid)
         check_positions(settings, len(plain.words) if plain else 0,
-                        int(ctx.encoder().model.config.max_position_embeddings))
+                        int(ctx.service().model.config.max_position_embeddings))
 
     def customization_options(self, ctx: RunContext) -> dict[str, Any]:
         """Extra arguments of the service's training (RAPT adds its plain tokens and reconstruction)."""

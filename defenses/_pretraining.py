@@ -145,7 +145,7 @@ def adapted_encoder(defense: PretrainedDefense, ctx: RunContext) -> tuple[Any, d
     settings = resolve_pretrain_settings(defense.pretrain, ctx.profile, {"steps": defense.pretrain_steps})
     eta = defense.effective_eta(ctx)
     corpus, corpus_fingerprint, texts = read_corpus(ctx, defense.pretrain_corpus)
-    loaded = ctx.encoder()
+    loaded = ctx.service()  # the service pretrains its own model on the client's privatized public text
     signature = {"model": loaded.fingerprint, "corpus": corpus, "corpus_fingerprint": corpus_fingerprint,
                  "defense": defense.name, "mechanism": mechanism_parameters(defense),
                  "eta": "inf" if eta == float("inf") else eta, "settings": settings.to_dict(), "seed": ctx.seed}

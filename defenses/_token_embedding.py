@@ -63,6 +63,9 @@ class TokenEmbeddingDefense(Customized):
     """
 
     exposes: ClassVar[frozenset[str]] = frozenset({"token_embeddings"})
+    #: The released rows are the service's input rows (the client holds the service's embedding table, as in
+    #: SnD): the defense and the attacks on it run in the service's view of the run (rapt_audit.pipeline.roles).
+    input_space: ClassVar[str] = "service"
     #: One epoch keeps the smoke profile (CI, conformance checks) to seconds, as for RAPT.
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 1}}
     #: ``method`` and ``decode_nearest`` are the service's settings: listed after the mechanism's own.

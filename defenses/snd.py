@@ -75,6 +75,10 @@ class SndDefense(TaskClassifier):
     """
 
     exposes: ClassVar[frozenset[str]] = frozenset({"token_embeddings", "sequence_embeddings"})
+    #: SnD's client runs only the service's (the LLM's) embedding layer and its denoiser: its uploads are rows of the
+    #: service's input table and the server's output is the service's, so the defense and the attacks on it run in the
+    #: service's view of the run (rapt_audit.pipeline.roles).
+    input_space: ClassVar[str] = "service"
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "smoke": {"public_size": 80, "denoiser_epochs": 2, "d_model": 32, "d_ff": 64, "layers": 1,
                   "max_tokens": 32, "hidden": 32, "epochs": 3},

@@ -94,7 +94,16 @@ class RunContext(Protocol):
 
     @property
     def model(self) -> str:
-        """The public model's spec (``"minilm"``, a Hugging Face id or a local path)."""
+        """The client's public model's spec (``"minilm"``, a Hugging Face id or a local path): the mechanism's
+        embedding table, the local-only clients, the attacker's public model."""
+
+    @property
+    def service_model(self) -> str | None:
+        """The service's model spec when the run names another model than the client's (``None``: the client's)."""
+
+    @property
+    def service_spec(self) -> str:
+        """The spec of the model the service runs: ``service_model``, else ``model``."""
 
     @property
     def cache_dir(self) -> Path:
@@ -139,7 +148,15 @@ class RunContext(Protocol):
         """The public model's tokenizer (without loading the encoder where the model ships ``tokenizer.json``)."""
 
     def encoder(self) -> Encoder:
-        """The run's public encoder, loaded once (offline) and shared; treat it as read-only."""
+        """The client's public encoder, loaded once (offline) and shared; treat it as read-only."""
+
+    def service(self) -> Encoder:
+        """The service's pretrained model, which it customizes and scores (the client's encoder when the run
+        names no other); loaded once and shared; treat it as read-only."""
+
+    def as_service(self) -> RunContext:
+        """The run seen from the service's input space: the same run with the service's model as ``model``
+        (where a release of token vectors lives); itself when the service's model is the client's."""
 
 
 __all__ = ["Encoder", "RunContext", "TextReleases"]

@@ -40,9 +40,12 @@ COLUMNS = ("defense", "setting at the target", "utility", "worst-case privacy at
            "vs sending nothing", "rank")
 #: The cells that hold names read from result files (defense, setting, attack): the ones Markdown escapes.
 _FOREIGN = frozenset({0, 1, 4})
-#: Release kinds as the headline names its groups, in the order it shows them.
+#: Release kinds as the headline names its groups, in the order it shows them. The sentence-vector defenses (CAPE,
+#: DPNR) encode with the client's own model and the service trains a head on the noisy vectors, which the encoder
+#: client classifies clean: the group says so, rather than leaving a reader to infer it from the margins (#63).
 RELEASES = {"texts": "releases text", "token_embeddings": "releases token vectors",
-            "sequence_embeddings": "releases sentence vectors"}
+            "sequence_embeddings": "releases sentence vectors (the client's own encoder, noised: not expected "
+                                   "above the encoder client, which classifies the same vectors clean)"}
 
 
 @dataclass(frozen=True)

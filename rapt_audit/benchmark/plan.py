@@ -100,7 +100,8 @@ def plan_cells(bench: Benchmark, *, out: Path, data_dir: str | None = None,
     for seed, dataset, defense, point in order:
         attacks = bench.attacks_for(dataset) or (PLACEHOLDER_ATTACK,)
         cli: dict[str, Any] = {"defense": defense.name, "dataset": dataset, "profile": bench.profile,
-                               "model": bench.model, "seed": seed, "attacks": ",".join(attacks)}
+                               "model": bench.model, "seed": seed, "attacks": ",".join(attacks),
+                               **({"service_model": bench.service_model} if bench.service_model else {})}
         cli.update({k: v for k, v in (("data_dir", data_dir), ("device", device)) if v is not None})
         sets = [f"defense.{k}={v}" for k, v in point] + [f"data.{k}={v}" for k, v in bench.splits]
         config = build_config(cli=cli, sets=sets)

@@ -115,10 +115,17 @@ def _reading_text(reading: Reading) -> str:
     return text
 
 
+def _roles(index: dict[str, Any]) -> str:
+    """``model minilm`` (one model plays client and service), or the client's and the service's apart (issue #63)."""
+    if index.get("service_model"):
+        return f"client model {index['model']}, service model {index['service_model']}"
+    return f"model {index['model']} (client and service alike)"
+
+
 def _facts(index: dict[str, Any], joined: Joined) -> list[tuple[str, str]]:
     """What the benchmark ran, as ``(heading, text)``: the same facts for the HTML and the Markdown."""
     facts = [("benchmark", f"{index['name']} (file {index['file']}, sha256 {str(index.get('file_sha256'))[:12]}), "
-                           f"profile {index['profile']}, model {index['model']}, seeds "
+                           f"profile {index['profile']}, {_roles(index)}, seeds "
                            f"{', '.join(map(str, index['seeds']))}"),
              ("service", f"{index.get('service_text', 'default')} (as the reference ran it: "
                          f"{index.get('protocol', 'not yet run')}): applied to every defense whose service "

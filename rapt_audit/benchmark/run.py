@@ -55,7 +55,7 @@ def index_document(bench: Benchmark, cells: Sequence[BenchCell]) -> dict[str, An
     return {"schema": INDEX_SCHEMA, "name": bench.name, "file": file_label(bench.path), "file_sha256": bench.sha256,
             "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "description": bench.description, "profile": bench.profile, "model": bench.model,
-            "seeds": list(bench.seeds), "service": {k: set_text(v) for k, v in bench.service},
+            **({"service_model": bench.service_model} if bench.service_model else {}), "seeds": list(bench.seeds), "service": {k: set_text(v) for k, v in bench.service},
             "service_text": bench.service_text, "tasks": list(bench.tasks), "datasets": dict(bench.datasets),
             "family_attacks": {f: list(a) for f, a in bench.family_attacks.items()},
             "not_run": {f: list(a) for f, a in bench.not_run.items()},

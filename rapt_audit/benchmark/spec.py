@@ -11,6 +11,7 @@
 
     [service]                           # the utility protocol: one setting, applied to every defense whose
     method = "prompt"                   # service customizes the encoder (it has a `method` parameter)
+    model = "mpnet"                     # optional: the service's model, apart from the client's (every cell)
 
     [datasets]                          # the dataset each attack family reads
     utility = "sst2"                    # the task(s); a list names several ("sst2", "qqp")
@@ -157,6 +158,7 @@ class Benchmark:
     service: tuple[tuple[str, Any], ...] = ()
     splits: tuple[tuple[str, int], ...] = ()
     model: str = "minilm"
+    service_model: str | None = None
     description: str = ""
 
     @property
@@ -167,7 +169,8 @@ class Benchmark:
     @property
     def service_text(self) -> str:
         """``method=prompt``: the utility protocol as a reader sees it (``default`` when none is set)."""
-        return ",".join(f"{k}={set_text(v)}" for k, v in self.service) or "default"
+        served = (("model", self.service_model),) if self.service_model else ()
+        return ",".join(f"{k}={set_text(v)}" for k, v in (*served, *self.service)) or "default"
 
     def attacks_for(self, dataset: str) -> tuple[str, ...]:
         """The selected attacks that run on ``dataset``: those of every family it is named for."""

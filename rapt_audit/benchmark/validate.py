@@ -77,13 +77,17 @@ def load_benchmark(source: str | Path, *, data_dir: str | None = None, check_dat
                              "model must be a name such as \"minilm\" or a local folder")
     description = data.get("description", "")
     service = scalar_table(path, text, data, "service")
+    service_model = service.pop("model", None)  # the service's model, for every cell; the rest is its protocol
+    if service_model is not None and (not isinstance(service_model, str) or not service_model):
+        raise BenchmarkError(path, find_line(text, ("service", "model")),
+                             "[service] model must name the service's model, such as \"mpnet\" or a local folder")
     splits = check_splits(path, text, scalar_table(path, text, data, "splits"))
     tasks, datasets = _datasets(path, text, data["datasets"])
     bench = Benchmark(name=check_name(path, text, data), path=path, text=text, profile=profile,
                       seeds=check_seeds(path, text, data["seeds"]), tasks=tasks, datasets=datasets,
                       family_attacks=_attacks(path, text, data.get("attacks", "all")),
                       defenses=(), service=tuple(service.items()), splits=splits, model=model,
-                      description=str(description))
+                      service_model=None if service_model == model else service_model, description=str(description))
     bench = _with_defenses(bench, data["defenses"], service, max_cells)
     if check_data or problems is not None:
         _check_data(bench, data_dir, problems)

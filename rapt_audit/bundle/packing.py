@@ -173,9 +173,13 @@ def pack(*, out: Path, command: Sequence[str], configs: Sequence[RunConfig], mod
 def _model_spec(configs: Sequence[RunConfig]) -> str:
     """The run's model, which must be the embedded one (a bundle restores it as the ``minilm`` package)."""
     specs = {c.model for c in configs} or {"minilm"}
-    other = sorted(s for s in specs if s.lower() not in ALIASES)
+    other = sorted(s for s in specs if ALIASES.get(s.lower()) != ALIASES["minilm"])
     if other:
         raise UsageError(f"--model {other[0]}: a bundle carries the embedded model only (minilm); drop --model")
+    services = sorted({c.service_model for c in configs if c.service_model is not None})
+    if services:  # mpnet's 438 MB of weights cannot travel in a call's 64 MiB (issue #63 item 6)
+        raise UsageError(f"--service-model {services[0]}: a bundle carries the embedded model only (minilm), so the "
+                         "service there is the client's model; drop --service-model (or [service] model)")
     return "minilm"
 
 

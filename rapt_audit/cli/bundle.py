@@ -35,8 +35,8 @@ Wheels: downloaded once for --python (network) into $RAPT_AUDIT_CACHE/bundle-whe
 --no-spacy leaves spaCy out and ships its analyses of the run's texts instead (room for results)."""
 
 #: The ``run`` flags that reach the configuration, as ``rapt-audit run`` reads them (cli.main.cmd_run).
-RUN_KEYS = ("defense", "attacks", "dataset", "model", "profile", "seed", "out", "device", "precision", "data_dir",
-            "force", "release_cache", "attack_timeout")
+RUN_KEYS = ("defense", "attacks", "dataset", "model", "service_model", "profile", "seed", "out", "device", "precision",
+            "data_dir", "force", "release_cache", "attack_timeout")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -78,7 +78,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="dataset name, or the path of your own .csv/.tsv/.jsonl/.json/.parquet file or "
                         "save_to_disk directory (README: Your own data); default sst2 with a data directory, "
                         "else synthetic")
-    p.add_argument("--model", default=S, help="minilm (bundled), a Hugging Face id or a local directory")
+    p.add_argument("--model", default=S, help="the client's model: minilm (bundled), mpnet (assembled: scripts/bootstrap "
+                   "--mpnet), a Hugging Face id or a local directory; the service's too unless --service-model")
+    p.add_argument("--service-model", dest="service_model", default=S,
+                   help="the model the service customizes and scores, apart from the client's (default: the client's; "
+                        "also --set service.model=...)")
     p.add_argument("--profile", default=S, choices=["smoke", "cpu", "paper"], help="cost profile (default cpu)")
     p.add_argument("--seed", default=S, type=int, help="run seed, 0 to 2**32-1 (default 0)")
     p.add_argument("--out", default=S, help="output directory (default runs/<defense>-<dataset>-...)")

@@ -42,6 +42,7 @@ from rapt_audit.api.params import get_params, to_jsonable
 from rapt_audit.api.types import Record, Release, uid_key
 from rapt_audit.api.version import __version__
 from rapt_audit.data import load_dataset, resolve_data_dir
+from rapt_audit.encoder.models import model_fingerprint as weights_of
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.pipeline.results import package_versions
 
@@ -99,6 +100,9 @@ def fitted_state(defense: Any, *, ctx: RunContext, fit_records: Sequence[Record]
              "privacy_level": to_jsonable(privacy_level(ctx)) if callable(privacy_level) else None,
              "fit_records": records_digest(fit_records),
              "utility_records": None if utility_records is None else records_digest(utility_records)}
+    if ctx.service_model is not None:  # a service apart from the client's: its customization is in the release facts
+        state["service"] = {"model": ctx.service_model,
+                            "fingerprint": weights_of(ctx.service_model, cache_dir=ctx.cache_dir)}
     return stable_hash(state)
 
 

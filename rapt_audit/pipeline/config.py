@@ -54,7 +54,11 @@ class RunConfig:
         dataset: Registered dataset name, or the path of your own data file (CSV, TSV, JSON Lines,
             Parquet, or a ``save_to_disk`` directory); ``None`` picks ``sst2`` when a data directory
             is configured and the synthetic demo corpus otherwise.
-        model: ``minilm`` (bundled), a Hugging Face id or a local directory.
+        model: The client's model: ``minilm`` (bundled), ``mpnet`` (assembled), a Hugging Face id or a local
+            directory. It is also the service's unless ``service_model`` names another (:mod:`.roles`).
+        service_model: The model the service customizes and scores (``--service-model``, ``--set
+            service.model=...``); ``None``, or the client's model itself, is the client's: such a run keeps the
+            cell id and signature it had before the roles were apart (issue #63).
         profile: ``smoke``, ``cpu`` or ``paper``.
         seed: The run seed, a whole number from 0 to 2**32 - 1 (:func:`~rapt_audit.api.parsing.check_seed`).
         device: ``auto``, ``cpu`` or ``cuda``.
@@ -82,6 +86,7 @@ class RunConfig:
     attacks: str = "all"
     dataset: str | None = None
     model: str = "minilm"
+    service_model: str | None = None
     profile: str = "cpu"
     seed: int = 0
     device: str = "auto"
@@ -99,6 +104,8 @@ class RunConfig:
         if self.profile not in PROFILES:
             raise UnknownNameError(unknown_name_message("profile", self.profile, list(PROFILES)))
         object.__setattr__(self, "seed", check_seed(self.seed))  # -1 would fail deep in numpy
+        if self.service_model in ("", self.model):  # the client's own model: one spelling, the cells of before
+            object.__setattr__(self, "service_model", None)
         object.__setattr__(self, "attack_timeout", check_attack_timeout(self.attack_timeout))
         if self.device not in {"auto", "cpu", "cuda"}:
             raise UsageError(f"device={self.device!r} is not one of auto, cpu, cuda")
@@ -176,7 +183,8 @@ def measured_settings(config: dict) -> dict:
     """The settings of a run's ``config`` (as ``RunConfig.to_dict`` writes it) that change its result: all but
     :data:`NOT_MEASURED`, and ``precision`` unless set explicitly (``auto`` resolves per machine, as ``device``
     does, and ids of results written before the setting existed stay the same)."""
-    return {k: v for k, v in config.items() if k not in NOT_MEASURED and not (k == "precision" and v == "auto")}
+    return {k: v for k, v in config.items() if k not in NOT_MEASURED and not (k == "precision" and v == "auto")
+            and not (k == "service_model" and v is None)}  # no service named: the ids of before issue #63
 
 
 def canonical_settings(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -244,7 +252,8 @@ def _unknown_data_key(key: str) -> str:
 
 #: Keys settable at the top level of a config file or with ``--set``.
 RUN_KEYS = tuple(f.name for f in fields(RunConfig) if f.name not in {"defense_args", "attack_args", "data_args"})
-_RUN_TYPES = {"defense": str, "attacks": str, "dataset": str | None, "model": str, "profile": str, "seed": int,
+_RUN_TYPES = {"defense": str, "attacks": str, "dataset": str | None, "model": str, "service_model": str | None,
+              "profile": str, "seed": int,
               "device": str, "precision": str, "out": str | None, "data_dir": str | None, "force": bool,
               "release_cache": bool, "attack_timeout": float | None}
 
@@ -298,13 +307,15 @@ def parse_set(pairs: list[str]) -> dict[str, Any]:
         elif parts[0] == "data" and len(parts) == 2:
             # Split sizes are integers; column names stay strings; an unknown key fails in RunConfig.
             nested["data_args"][parts[1]] = coerce(value, int, key=key) if parts[1] in SPLIT_KEYS else value
+        elif key == "service.model":  # the [service] table's spelling of the service's model
+            nested["service_model"] = value
         elif len(parts) == 1 and parts[0] in RUN_KEYS:
             nested[parts[0]] = value
         elif len(parts) == 1:
             nested["defense_args"][parts[0]] = value
         else:
             raise UsageError(
-                f"--set key {key!r} is not understood; use a run key ({', '.join(RUN_KEYS)}), "
+                f"--set key {key!r} is not understood; use a run key ({', '.join(RUN_KEYS)}), service.model, "
                 "defense.<param>, attacks.<attack>.<param>, data.<split> (" + ", ".join(SPLIT_KEYS) + ") or "
                 "data.<column key> (" + ", ".join(COLUMN_KEYS) + ")")
     return nested

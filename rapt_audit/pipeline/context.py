@@ -12,7 +12,7 @@ per run however many defenses and attacks use it.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -57,7 +57,11 @@ class RunContext:
         precision: The resolved precision of the networks the run trains and runs, ``"fp32"`` or
             ``"bf16"`` (:func:`rapt_audit.encoder.precision.resolve_precision`); plugins pass it to
             :func:`rapt_audit.utility.on_device.autocast`. Mechanisms never read it.
-        model: The model spec (``"minilm"``, a Hugging Face id, or a local path).
+        model: The client's model spec (``"minilm"``, a Hugging Face id, or a local path): the mechanism's
+            embedding table, the local-only clients and the attacker's public model (ARCHITECTURE.md, "Roles").
+        service_model: The service's model spec when it is another model than the client's (``None``: the
+            client's, as before issue #63): the model the service customizes and scores (:meth:`service`);
+            a release of token vectors lives in its input space (:meth:`as_service`).
         cache_dir: Where expensive intermediate results are cached on disk.
         progress: Whether to show progress bars.
         data_dir: The configured data directory (``None``: ``$RAPT_AUDIT_DATA`` or none).
@@ -76,6 +80,7 @@ class RunContext:
     device: str = "cpu"
     precision: str = "fp32"
     model: str = "minilm"
+    service_model: str | None = None
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "rapt-audit")
     progress: bool = False
     data_dir: str | None = None
@@ -140,6 +145,28 @@ class RunContext:
         Treat it as read-only: plugins that train an encoder must copy it first.
         """
         return self.shared(("encoder", self.model, self.device), lambda: load_model(self.model, device=self.device))
+
+    @property
+    def service_spec(self) -> str:
+        """The spec of the model the service runs: :attr:`service_model`, else the client's :attr:`model`."""
+        return self.service_model or self.model
+
+    def service(self) -> LoadedModel:
+        """The service's pretrained model, which it customizes and scores (the client's encoder itself when the
+        run names no other service model); loaded once per process and shared. Treat it as read-only."""
+        spec = self.service_spec
+        return self.shared(("encoder", spec, self.device), lambda: load_model(spec, device=self.device))
+
+    def as_service(self) -> RunContext:
+        """This run seen from the service's input space: a context whose :attr:`model` is the service's (its
+        embedding table, tokenizer and encoder), sharing this one's caches, counters and seeds.
+
+        A defense that releases token vectors (``embedding``, ``snd``) releases rows of the service's input
+        table, as SnD's client holds the LLM's embedding layer; it and the attacks on its release run in this
+        context (:func:`rapt_audit.pipeline.runner` picks it by the defense's ``input_space``)."""
+        if self.service_model is None or self.service_model == self.model:
+            return self
+        return replace(self, model=self.service_model, service_model=None, _memo=self._memo, _tallies=self._tallies)
 
 
 #: default_cache_dir lives in api.files (the encoder layer needs it too); the pipeline's callers import it from here.

@@ -233,7 +233,7 @@ def environment() -> dict[str, Any]:
 def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, int], model: str,
               model_fingerprint: str, profile: str, attacks: Mapping[str, Any], package_version: str,
               attack_args: Mapping[str, Mapping[str, Any]] | None = None, code: str = "",
-              plugins: Mapping[str, str] | None = None) -> str:
+              plugins: Mapping[str, str] | None = None, service: str = "", service_fingerprint: str = "") -> str:
     """The comparability signature, sacrebleu style: one ``field:value`` per thing that changes a number.
 
     Two results may be compared (and share a leaderboard table) only when everything but the
@@ -249,6 +249,8 @@ def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, 
         attack_args: Attack name → the parameters the run set (what is written out).
         code: A digest of rapt-audit's code (:func:`rapt_audit.api.files.package_code_digest`).
         plugins: Distribution → version of the third-party attacks the run ran (written only when there is one).
+        service, service_fingerprint: The service's model and its weights when it is not the client's ``model``
+            (written after it as ``service:NAME@FP``; a run that names no service keeps its signature of before).
     """
     attack_hash = hashlib.sha256(json.dumps(attacks, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:8]
     given = attack_args or {}
@@ -260,6 +262,7 @@ def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, 
     sizes = "/".join(str(split_sizes.get(k, 0)) for k in order)
     minor = ".".join(package_version.split(".")[:2])
     parts = [f"data:{dataset}@{data_fingerprint[:8]}", f"splits:{sizes}", f"model:{model}@{model_fingerprint[:8]}",
+             *([f"service:{service}@{service_fingerprint[:8]}"] if service else []),
              f"profile:{profile}", f"attacks:{names}@{attack_hash}"]
     parts += [f"code:{code[:8]}"] if code else []
     parts += [f"plugins:{','.join(f'{d}={v}' for d, v in sorted(plugins.items()))}"] if plugins else []

@@ -61,6 +61,7 @@ from rapt_audit.pipeline.results import (
     why_unreadable,
     write_result,
 )
+from rapt_audit.pipeline.roles import defense_context, service_provenance
 from rapt_audit.pipeline.stage_reuse import StoredStages, here_code, reusable_in, staleness
 from rapt_audit.pipeline.text_store import TextReleaseStore
 from rapt_audit.scoring.worst_case import WORST_CASE, WORST_CASE_THREAT, worst_case
@@ -264,7 +265,7 @@ def _measure(checked: Plan, *, say: Log, progress: bool, reused: StoredStages | 
     device = resolve_device(config.device)
     ctx = RunContext(seed=config.seed, profile=config.profile, device=device,
                      precision=resolve_precision(config.precision, device), model=config.model,
-                     cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir,
+                     service_model=config.service_model, cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir,
                      cache_analyses=config.release_cache)
     fingerprint = model_fingerprint(config.model, cache_dir=ctx.cache_dir)
     if config.release_cache:
@@ -295,6 +296,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
         return value
 
     defense = checked.defense
+    served = service_provenance(config, ctx)  # the service's model when it is not the client's (issue #63)
+    ctx = defense_context(ctx, defense)  # a release of the service's input rows: the service's view (.roles)
     steps = 3 + len(checked.attacks)
     bar = _progress_bar(steps, enabled=ctx.progress)
     say(f"fitting defense {config.defense}")
@@ -315,7 +318,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     # Built after fit and utility: the key holds what they depended on (calibrated η, customization).
     cached = cached_defense(defense, ctx=ctx, enabled=config.release_cache, fit_records=splits.victim_train,
                             utility_records=splits.victim_test if dataset.has_labels else None,
-                            model_fingerprint=fingerprint, compute=checked_release(config.defense, defense))
+                            model_fingerprint=fingerprint if ctx.model == config.model else
+                            served["service_model_fingerprint"], compute=checked_release(config.defense, defense))
     release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
     victim_release = cached.last
     bar.update(1)
@@ -337,7 +341,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
         threat_models[WORST_CASE] = WORST_CASE_THREAT.to_dict()
     env = environment()
     env.update({"seed": config.seed, "device": ctx.device, "precision": ctx.precision, "model": config.model,
-                "model_fingerprint": fingerprint,
+                "model_fingerprint": fingerprint, **served,
                 "data_fingerprint": dataset.fingerprint,
                 "started_at": started.isoformat(timespec="seconds"),
                 "wall_time_s": round(time.perf_counter() - clock, 3), "timings_s": timings, "gpu": gpu.summary(),
@@ -358,7 +362,9 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                             model_fingerprint=env["model_fingerprint"], profile=config.profile,
                             attacks=attack_settings, package_version=__version__,
                             attack_args={n: dict(config.attack_args.get(n, {})) for n in checked.attacks},
-                            code=checked.here.shared(), plugins=origins(ATTACKS, checked.attacks)),
+                            code=checked.here.shared(), plugins=origins(ATTACKS, checked.attacks),
+                            service=served.get("service_model", ""),
+                            service_fingerprint=served.get("service_model_fingerprint", "")),
         cell_id=config.cell_id(), config=config.to_dict(),
         dataset={"name": dataset.name, "task": dataset.task, "synthetic": dataset.synthetic,
                  "source": dataset.source, "splits": splits.sizes(), "label_names": list(dataset.label_names),

@@ -60,7 +60,9 @@ def provenance_html(group: Group, base: Path) -> str:
             f"<td><code>{e(str(env.get('git_sha')))}</code></td>"
             + ("" if shared else f"<td>{e(_versions_line(env))}</td>") +
             f"<td>{e(str(env.get('device', '?')))}</td>"
-            f"<td>{e(str(env.get('model', '?')))} <code>{e(str(env.get('model_fingerprint', ''))[:12])}</code></td>"
+            f"<td>{e(str(env.get('model', '?')))} <code>{e(str(env.get('model_fingerprint', ''))[:12])}</code>"
+            + (f"; service {e(str(env['service_model']))} <code>{e(str(env.get('service_model_fingerprint', ''))[:12])}"
+               "</code>" if env.get("service_model") else "") + "</td>"
             f"<td><code>{e(str(env.get('data_fingerprint', ''))[:12])}</code></td>"
             f"<td>{e(str(env.get('started_at', '?')))}</td>"
             f"<td class='num'>{e(str(env.get('wall_time_s', '?')))}</td></tr>")

@@ -70,7 +70,7 @@ def customize_service(train_texts: Sequence[str] | TokenVectors, y_train: np.nda
     grid, pinned = resolve_grid(settings.method, ctx.profile, lr=overrides.get("lr"), lr_grid=lr_grid)
     # Classes come from the training labels only: the test split is not read before the model is final.
     n_labels = int(np.max(y_train)) + 1
-    loaded = loaded if loaded is not None else ctx.encoder()
+    loaded = loaded if loaded is not None else ctx.service()
     started = time.perf_counter()
     bar = None
     if ctx.progress:
