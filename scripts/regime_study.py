@@ -244,12 +244,27 @@ def accuracy(row) -> tuple[float, str]:  # noqa: ANN001
     return sum(values) / len(values), " / ".join(f"{v:.3f}" for v in values)
 
 
+def paired_band(a: dict, b: dict):  # noqa: ANN201 - (Estimate, per-seed differences, Estimate)
+    """``a`` minus ``b`` (seed -> hierarchical Measure, the same seeds): the hierarchical paired bootstrap's own
+    interval (seeds, then records, jointly; 2,000 resamples: the draws ``paired_difference`` makes, read with
+    ``interval`` alone), the per-seed differences, and ``paired_difference`` as the code has it (widened to a
+    Student-t interval over the seeds where that is wider)."""
+    import numpy as np
+
+    from rapt_audit.scoring.hierarchical import Resampler, interval, paired_difference
+
+    resampler = Resampler(sorted(a), 2000, np.random.default_rng(0))
+    by_seed = resampler.point(a) - resampler.point(b)
+    boot = interval(float(by_seed.mean()), (resampler.values(a) - resampler.values(b)).mean(axis=-1))
+    return boot, by_seed, paired_difference(a, b)
+
+
 def table(out: Path) -> str:
     """The Markdown tables: every run's accuracy and cost, then the band of each service protocol."""
     import numpy as np
 
     from rapt_audit.reporting.paired_rows import utility_measures
-    from rapt_audit.scoring.hierarchical import Measure, Resampler, interval, paired_difference
+    from rapt_audit.scoring.hierarchical import Measure
 
     rows = load_rows(out)
     pairs = pair_rows(out)
@@ -318,15 +333,7 @@ def table(out: Path) -> str:
 
                 client, _, measures = max(shared, key=lambda c: over_seeds(c[2]))
                 local_mean = over_seeds(measures)
-                b = {s: measures[s] for s in a}
-                # The hierarchical paired bootstrap's own interval (seeds, then records, jointly): the draws
-                # paired_difference makes, read with interval() alone ...
-                resampler = Resampler(sorted(a), 2000, np.random.default_rng(0))
-                by_seed = resampler.point(a) - resampler.point(b)
-                boot = interval(float(by_seed.mean()), (resampler.values(a) - resampler.values(b)).mean(axis=-1))
-                # ... and paired_difference as the code has it (widened to a Student-t interval over the seeds
-                # where the code does so: with two seeds, t with one degree of freedom).
-                full = paired_difference(a, b)
+                boot, by_seed, full = paired_band(a, {s: measures[s] for s in a})
                 widened = ("same" if (full.ci_low, full.ci_high) == (boot.ci_low, boot.ci_high)
                            else f"[{full.ci_low:+.3f}, {full.ci_high:+.3f}]")
                 lines.append(f"| {regime.tag} | {label} | {seeds} | {mean:.3f} ({per_seed}) | {client}, "
