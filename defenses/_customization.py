@@ -8,11 +8,15 @@ and the token-embedding defense ``embedding`` take the same settings and train t
 :class:`Customized` holds them, checks them once, and runs the two steps in the order that keeps the
 test split unread until the model is final — :func:`~rapt_audit.utility.customized.customize_service`
 (learning rate and epoch chosen on a validation split of the training texts), then
-:func:`~rapt_audit.utility.customized.score_customized` on the test texts.
+:func:`~rapt_audit.utility.customized.score_customized` on the test texts. ``method=head`` is embedding as a
+service (SnD's protocol): the service's frozen model mean-pools what it receives and the local encoder
+client's MLP head is trained on those vectors, so identity under it and ``local client=encoder`` with the
+service's model train one head on the same vectors.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Sequence
 
@@ -20,8 +24,11 @@ import numpy as np
 
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.params import Check, CheckedParams, PositiveInt
+from rapt_audit.api.params import Check, CheckedParams, PositiveInt, get_params
 from rapt_audit.api.types import Estimate
+from rapt_audit.defenses._representation import HEAD_PROFILES, TaskClassifier
+from rapt_audit.encoder.encode import encode_pooled
+from rapt_audit.scoring.classification import classification_utility
 from rapt_audit.utility.customize import METHODS, PlainTokens, check_method, check_positions, resolve_settings
 from rapt_audit.utility.customized import customize_service, score_customized
 from rapt_audit.utility.on_device import Precision
@@ -30,9 +37,15 @@ from rapt_audit.utility.selection import check_lr_grid, resolve_grid
 from rapt_audit.utility.token_vectors import TokenVectors
 
 
+#: The embedding-as-a-service protocol (SnD's): the service's frozen model embeds what it receives and a head is
+#: trained on the vectors; nothing of the model is customized, so it is not one of the customization METHODS.
+HEAD = "head"
+
+
 def check_text_method(method: str) -> str:
-    """``bow`` (the quick bag-of-words probe) or a customization method (prompt, prefix, lora, full)."""
-    return method if method == "bow" else check_method(method)
+    """``bow`` (the quick bag-of-words probe), ``head`` (the service's frozen model and a trained head) or a
+    customization method (prompt, prefix, lora, full)."""
+    return method if method in ("bow", HEAD) else check_method(method)
 
 
 def check_optional_lr_grid(values: tuple[float, ...] | None) -> tuple[float, ...] | None:
@@ -48,7 +61,9 @@ class Customized(CheckedParams):
     ``rapt-audit ls --params`` and in a result's ``params``.
 
     Attributes:
-        method: ``bow`` or the customization method of the service's utility model.
+        method: ``bow``, ``head`` (embedding as a service: the service's frozen model mean-pools what it receives
+            and the local encoder client's MLP head is trained on those vectors, a fixed number of epochs) or the
+            customization method of the service's utility model.
         epochs: Maximum training epochs; the epoch is chosen by early stopping on a validation split
             carved from the (privatized) training texts (None: the profile's).
         lr: Pins the learning rate (None: chosen on the validation split from ``lr_grid``).
@@ -111,8 +126,31 @@ class Customized(CheckedParams):
         if self.method == "bow":
             test_texts, y_test = test()
             return bow_probe_utility(train_texts, y_train, test_texts, y_test, rng=ctx.rng("utility", key))
+        if self.method == HEAD:
+            service = ctx.as_service()  # the service's tokenizer, input table and (frozen, maybe adapted) model
+            return self.head_scores(encode_pooled(service, train_texts, model=loaded), y_train,
+                                    lambda: _pooled_test(service, test, loaded), ctx=ctx, key=key)
         return self.customized_scores(train_texts, y_train, test, ctx=ctx, key=key, loaded=loaded,
                                       **self.customization_options(ctx))
+
+    def head_scores(self, x_train: np.ndarray, y_train: np.ndarray, test: Callable[[], tuple[np.ndarray, np.ndarray]],
+                    *, ctx: RunContext, key: str) -> Mapping[str, Estimate]:
+        """``method=head``: the local encoder client's MLP head (its settings at this profile, a fixed number of
+        epochs: nothing chosen on any split) trained on the service's vectors of the training inputs, then scored
+        on ``test()``'s vectors, read only once the head is trained. A class the training labels never showed
+        gets probabilities of zero, as :func:`~rapt_audit.utility.customized.score_customized` scores it."""
+        head = TaskClassifier(**HEAD_PROFILES.get(ctx.profile, {}))
+        started = time.perf_counter()
+        predict = head.fit_task_classifier(x_train, y_train, n_classes=int(np.max(y_train)) + 1, device=ctx.device,
+                                           precision=ctx.precision, seed=ctx.seed_for("customize", key))
+        x_test, y_test = test()
+        probabilities = predict(x_test)
+        missing = int(np.max(y_test)) + 1 - probabilities.shape[1] if len(y_test) else 0
+        if missing > 0:
+            probabilities = np.pad(probabilities, ((0, 0), (0, missing)))
+        self._training = {"settings": {"method": HEAD, **get_params(head)}, "train_examples": len(x_train),
+                          "train_seconds": round(time.perf_counter() - started, 2), "service": ctx.service_spec}
+        return classification_utility(probabilities, np.asarray(y_test), rng=ctx.rng("utility", key))
 
     def customized_scores(self, train_texts: Sequence[str] | TokenVectors, y_train: np.ndarray,
                           test: Callable[[], tuple[Sequence[str] | TokenVectors, np.ndarray]], *, ctx: RunContext,
@@ -131,7 +169,14 @@ class Customized(CheckedParams):
         return score_customized(trained, test_texts, y_test, ctx=ctx, key=key)
 
 
+def _pooled_test(service: RunContext, test: Callable[[], tuple[Sequence[str], np.ndarray]],
+                 loaded: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The test texts' vectors from the service's frozen model, and their labels (read when the head is trained)."""
+    texts, y_test = test()
+    return encode_pooled(service, texts, model=loaded), y_test
+
+
 #: The names of the service's customization settings (every defense on :class:`Customized` takes them).
 SERVICE_PARAMETERS = frozenset(f.name for f in fields(Customized) if f.init)
 
-__all__ = ["SERVICE_PARAMETERS", "Customized", "check_optional_lr_grid", "check_text_method"]
+__all__ = ["HEAD", "SERVICE_PARAMETERS", "Customized", "check_optional_lr_grid", "check_text_method"]

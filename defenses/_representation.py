@@ -114,6 +114,12 @@ class LaplaceRelease:
                             key=("release", self.name)).astype(np.float32)
 
 
+#: The head's settings per profile beyond its defaults: the local encoder client's, and the same for the frozen
+#: service's head (``method=head``), so that identity under that protocol and the client with the service's model
+#: train one head.
+HEAD_PROFILES: dict[str, dict[str, int]] = {"smoke": {"hidden": 32, "epochs": 3}}
+
+
 @dataclass
 class TaskClassifier(CheckedParams):
     """Parameters of the utility classifier of DPNR and SnD, and its training (a base, not a plugin).

@@ -15,7 +15,8 @@ encoder as usual) and customizes the public encoder on them by ``method`` — pr
 ``prefix``, ``lora`` or ``full`` — exactly as the text defenses' services do (same settings, learning rate
 and epoch chosen on a validation split of the privatized training release, never the test split); it then
 answers the privatized test release. ``method=probe`` is a cheaper service that does not adapt to the
-noise: a logistic-regression probe on the frozen encoder's mean-pooled output of the released vectors.
+noise: a logistic-regression probe on the frozen encoder's mean-pooled output of the released vectors;
+``method=head`` reads that output with the local encoder client's MLP head (embedding as a service, SnD's).
 These settings, ``decode_nearest`` included, are the service's (a parameter group), never the mechanism's.
 """
 
@@ -30,7 +31,7 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import PluginError, UsageError
 from rapt_audit.api.params import Check
 from rapt_audit.api.types import Estimate, Record, Release, uid_key
-from rapt_audit.defenses._customization import Customized
+from rapt_audit.defenses._customization import HEAD, Customized
 from rapt_audit.encoder.encode import pooled_from_embeddings
 from rapt_audit.mechanisms.engines import token_engine
 from rapt_audit.utility.customize import METHODS, check_method
@@ -39,12 +40,13 @@ from rapt_audit.utility.token_vectors import TokenVectors
 
 
 def check_embedding_method(method: str) -> str:
-    """A customization method, or ``probe`` (logistic regression on the frozen encoder's pooled output)."""
-    if method == "probe":
+    """A customization method, ``probe`` (logistic regression on the frozen encoder's pooled output) or ``head``
+    (the local encoder client's MLP head on that output: embedding as a service)."""
+    if method in ("probe", HEAD):
         return method
     if method == "bow":
         raise UsageError("a token-embedding defense releases vectors, not text, so the bag-of-words probe "
-                         "(method=bow) does not apply; choose probe or one of: " + ", ".join(METHODS))
+                         "(method=bow) does not apply; choose probe, head or one of: " + ", ".join(METHODS))
     return check_method(method)
 
 
@@ -53,7 +55,7 @@ class TokenEmbeddingDefense(Customized):
     """Base class of token-embedding defenses: subclasses implement :meth:`perturb` and declare their own parameters.
 
     Attributes:
-        method: ``prompt`` (default), ``prefix``, ``lora``, ``full``, or ``probe``: how the service uses
+        method: ``prompt`` (default), ``prefix``, ``lora``, ``full``, ``probe`` or ``head``: how the service uses
             the released vectors (see the module docstring).
         decode_nearest: The service first maps each released vector to its nearest regular vocabulary
             token and customizes on those tokens' own embedding rows: post-processing of the release (no
@@ -150,12 +152,18 @@ class TokenEmbeddingDefense(Customized):
         y_train = require_labels(self._train, split="victim_train")
         require_labels(test, split="victim_test")  # fail before minutes of training; the labels are used below
         train_vectors = self.service_input(self._release_records(self._train, ctx), ctx)
-        if self.method == "probe":
-            model = ctx.encoder()
-            test_vectors = self.service_input(self._release_records(test, ctx), ctx)
-            return probe_utility(pooled_from_embeddings(model, train_vectors), y_train,
-                                 pooled_from_embeddings(model, test_vectors),
-                                 require_labels(test, split="victim_test"), rng=ctx.rng("utility", self.name))
+        if self.method in ("probe", HEAD):
+            model = ctx.service()  # this defense runs in the service's view: ctx.encoder() is the service's too
+
+            def pooled_test() -> tuple[np.ndarray, np.ndarray]:
+                return (pooled_from_embeddings(model, self.service_input(self._release_records(test, ctx), ctx)),
+                        require_labels(test, split="victim_test"))
+
+            if self.method == HEAD:
+                return self.head_scores(pooled_from_embeddings(model, train_vectors), y_train, pooled_test, ctx=ctx,
+                                        key=self.name)
+            return probe_utility(pooled_from_embeddings(model, train_vectors), y_train, *pooled_test(),
+                                 rng=ctx.rng("utility", self.name))
 
         def test_split() -> tuple[TokenVectors, np.ndarray]:  # privatized and read only once the model is final
             return (TokenVectors.of(self.service_input(self._release_records(test, ctx), ctx)),

@@ -11,7 +11,7 @@ from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release, pair_text
-from rapt_audit.defenses._representation import TaskClassifier
+from rapt_audit.defenses._representation import HEAD_PROFILES, TaskClassifier
 from rapt_audit.encoder.encode import cached_pooled, input_table, token_id_lists
 from rapt_audit.scoring.classification import classification_utility
 from rapt_audit.utility.probes import bow_probe_utility, require_labels
@@ -79,7 +79,7 @@ class LocalDefense(TaskClassifier):
     """
 
     exposes: ClassVar[frozenset[str]] = frozenset()
-    profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"hidden": 32, "epochs": 3}}
+    profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = HEAD_PROFILES
 
     client: Literal["table", "bow", "encoder"] = "table"
     # hidden, dropout, lr, epochs, batch_size: the head's (see TaskClassifier); bow ignores them.

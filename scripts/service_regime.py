@@ -91,11 +91,15 @@ def load_rows(out: Path) -> dict[str, object]:
 
     rows: dict[str, object] = {}
     for run in RUNS:
-        paths = [str(run_dir(out, run, s) / "result.json") for s in PILOT_SEEDS
-                 if (run_dir(out, run, s) / "result.json").exists()]
-        for group in group_results(collect(paths, calibrations=False).results) if paths else ():
-            for row in group.rows:
-                rows[run[0]] = replace(row, runs=rows[run[0]].runs + row.runs) if run[0] in rows else row
+        for seed in PILOT_SEEDS:
+            path = run_dir(out, run, seed) / "result.json"
+            if not path.exists():
+                continue
+            # One result at a time: a table keeps one code per component (reporting.freshness), and commits that
+            # landed while the study ran moved digests without changing what these runs compute.
+            for group in group_results(collect([str(path)], calibrations=False).results):
+                for row in group.rows:
+                    rows[run[0]] = replace(row, runs=rows[run[0]].runs + row.runs) if run[0] in rows else row
     return rows
 
 

@@ -237,3 +237,28 @@ def data_dir() -> Path:
     if not value or not Path(value).is_dir():
         pytest.skip("RAPT_AUDIT_DATA is not set to the shared data directory")
     return Path(value)
+
+
+#: The width of :func:`small_service`'s vectors (MiniLM's are 384 wide): it tells at once which model made a vector.
+SERVICE_WIDTH = 64
+
+
+@pytest.fixture(scope="session")
+def small_service(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A second model folder for a service apart from the client (issue #63): MiniLM's tokenizer and
+    architecture, 64 wide and two layers deep, its own random weights; no second download needed."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from rapt_audit.encoder.models import resolve_model_path
+
+    source = Path(resolve_model_path("minilm"))
+    folder = tmp_path_factory.mktemp("service-model")
+    config = AutoConfig.from_pretrained(source, hidden_size=SERVICE_WIDTH, num_attention_heads=2,
+                                        num_hidden_layers=2, intermediate_size=128)
+    torch.manual_seed(63)
+    AutoModel.from_config(config).save_pretrained(folder, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (source / name).is_file():
+            shutil.copy(source / name, folder / name)
+    return str(folder)

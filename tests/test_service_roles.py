@@ -8,37 +8,16 @@ assembly (tests/test_model_assembly.py).
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 from rapt_audit import RunConfig, run
-from rapt_audit.encoder.models import model_fingerprint, resolve_model_path
+from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.pipeline.config import build_config, settings_id
 from rapt_audit.pipeline.context import RunContext
 from rapt_audit.pipeline.results import signature, signature_fields
 from rapt_audit.pipeline.roles import defense_context, input_space
 
-SERVICE_WIDTH = 64
-
-
-@pytest.fixture(scope="module")
-def small_service(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A second model folder for the service: MiniLM's tokenizer, a 64-wide two-layer encoder of other weights."""
-    import torch
-    from transformers import AutoConfig, AutoModel
-
-    source = Path(resolve_model_path("minilm"))
-    folder = tmp_path_factory.mktemp("service-model")
-    config = AutoConfig.from_pretrained(source, hidden_size=SERVICE_WIDTH, num_attention_heads=2,
-                                        num_hidden_layers=2, intermediate_size=128)
-    torch.manual_seed(63)
-    AutoModel.from_config(config).save_pretrained(folder, safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (source / name).is_file():
-            shutil.copy(source / name, folder / name)
-    return str(folder)
+from tests.conftest import SERVICE_WIDTH
 
 
 def test_a_run_that_names_no_service_keeps_its_cell_id():
@@ -190,3 +169,21 @@ def test_a_bundle_refuses_a_service_it_cannot_carry():
         _model_spec([RunConfig(defense="t2t", service_model="/models/mpnet")])
     with pytest.raises(UsageError, match="--model mpnet"):
         _model_spec([RunConfig(defense="t2t", model="mpnet")])
+
+
+def test_lora_finds_the_query_and_value_projections_of_an_mpnet_service():
+    """peft's table has BERT's names (query, value), not MPNet's (q, v): a LoRA service on mpnet once failed
+    with NoMatchingPeftModuleError before any training."""
+    from transformers import AutoModel, MPNetConfig
+
+    from rapt_audit.encoder.models import LoadedModel
+    from rapt_audit.utility.customize import resolve_settings
+    from rapt_audit.utility.task_model import build_task_model
+
+    config = MPNetConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=40)
+    loaded = LoadedModel("tiny-mpnet", "tiny-mpnet", None, AutoModel.from_config(config), "cpu", "f" * 64)
+    model = build_task_model(loaded, resolve_settings("lora", "smoke"), 2)
+    adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, p in model.named_parameters()
+               if p.requires_grad and ".lora_" in name}
+    assert adapted == {"q", "v"}, adapted

@@ -160,14 +160,15 @@ def input_table(ctx: RunContext) -> np.ndarray:
     return ctx.shared(("input_embedding_table", ctx.model), lambda: embedding_space(ctx).all_vectors)
 
 
-def encode_pooled(ctx: RunContext, texts: Sequence[str]) -> np.ndarray:
+def encode_pooled(ctx: RunContext, texts: Sequence[str], *, model: LoadedModel | None = None) -> np.ndarray:
     """Mean-pooled last hidden states of the frozen encoder, ``(n, d)`` float32.
 
     Runs the encoder on the texts' clean input embeddings (with [CLS]/[SEP], up to 128 positions),
     the same path the embedding defenses use for their noisy inputs, so clean and noisy outputs are
-    directly comparable.
+    directly comparable. ``model`` replaces ``ctx.encoder()`` by a model with the same input table (one
+    adapted by privacy-adaptive pretraining, which leaves the word embeddings unchanged).
     """
-    model = ctx.encoder()
+    model = model if model is not None else ctx.encoder()
     if not texts:
         return np.zeros((0, model.model.config.hidden_size), dtype=np.float32)
     table = input_table(ctx)

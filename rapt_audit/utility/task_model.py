@@ -19,6 +19,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 LORA_R, LORA_ALPHA, LORA_DROPOUT = 16, 32, 0.05  # RAPT's LoRA setting (rank 16, alpha 32, dropout 0.05)
+#: LoRA's targets, the attention's query and value projections (RAPT's setting), as each architecture names them
+#: where peft's own table does not (it has BERT's and RoBERTa's ``query``/``value``, not MPNet's ``q``/``v``).
+LORA_TARGETS = {"mpnet": ["q", "v"]}
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,14 @@ def run_batch(model: Any, batch: dict[str, Any], *, plain: bool = False) -> tupl
                  released_mask=batch.get("released_mask"))
 
 
+def lora_targets(model_type: str) -> list[str]:
+    """The query and value projections' module names for ``model_type`` (:data:`LORA_TARGETS`, then peft's table,
+    then BERT's names)."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as known  # lazy (peft)
+
+    return list(LORA_TARGETS.get(model_type) or known.get(model_type) or ["query", "value"])
+
+
 def build_task_model(loaded: Any, settings: TrainSettings, n_labels: int, *, rec_vocabulary: int = 0):  # noqa: ANN201
     """A trainable copy of ``loaded``'s encoder with the method applied and fresh heads.
 
@@ -128,7 +139,8 @@ def build_task_model(loaded: Any, settings: TrainSettings, n_labels: int, *, rec
             config = PrefixTuningConfig(task_type=task, num_virtual_tokens=tokens)
         else:
             config = LoraConfig(task_type=task, r=settings.lora_r, lora_alpha=settings.lora_alpha,
-                                lora_dropout=settings.lora_dropout, target_modules=["query", "value"])
+                                lora_dropout=settings.lora_dropout,
+                                target_modules=lora_targets(str(getattr(backbone.config, "model_type", ""))))
         with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5; harmless
             warnings.filterwarnings("ignore", category=FutureWarning)
             backbone = get_peft_model(backbone, config)
@@ -137,4 +149,4 @@ def build_task_model(loaded: Any, settings: TrainSettings, n_labels: int, *, rec
                        rec_hidden=settings.rec_hidden).to(loaded.device)
 
 
-__all__ = ["build_task_model", "run_batch"]
+__all__ = ["LORA_TARGETS", "build_task_model", "lora_targets", "run_batch"]
