@@ -187,3 +187,22 @@ def test_lora_finds_the_query_and_value_projections_of_an_mpnet_service():
     adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, p in model.named_parameters()
                if p.requires_grad and ".lora_" in name}
     assert adapted == {"q", "v"}, adapted
+
+
+def test_a_service_model_not_assembled_here_is_named_before_any_work(tmp_path):
+    """The test session's cache (conftest) holds no assembled mpnet: a run and a benchmark's dry run say which role's
+    model is missing and the step that assembles it, before loading any data."""
+    from rapt_audit.api.errors import ModelError
+    from rapt_audit.benchmark.validate import load_benchmark
+    from rapt_audit.pipeline import runner
+
+    with pytest.raises(ModelError, match=r"the service's model: .*scripts/bootstrap --mpnet"):
+        runner.plan(RunConfig(defense="identity", dataset="synthetic", profile="smoke", service_model="mpnet",
+                              out=str(tmp_path / "run")))
+    assert not (tmp_path / "run").exists()
+    path = tmp_path / "apart.toml"
+    path.write_text(BENCH.format(service="mpnet"), encoding="utf-8")
+    problems: list[str] = []
+    load_benchmark(path, problems=problems)
+    line = BENCH.splitlines().index('model = "{service}"') + 1  # found by hand, not by the code under test
+    assert any(f"apart.toml:{line}:" in p and "scripts/bootstrap --mpnet" in p for p in problems), problems

@@ -115,11 +115,13 @@ def _reading_text(reading: Reading) -> str:
     return text
 
 
-def _roles(index: dict[str, Any]) -> str:
-    """``model minilm`` (one model plays client and service), or the client's and the service's apart (issue #63)."""
+def _roles(index: dict[str, Any], escape: Callable[[str], str] = str) -> str:
+    """The models of the client and the service (issue #63): apart, or one model in both roles, which the line then
+    says is a regime where sending nothing wins by construction (the service is no larger than the client)."""
     if index.get("service_model"):
-        return f"client model {index['model']}, service model {index['service_model']}"
-    return f"model {index['model']} (client and service alike)"
+        return f"client model {escape(str(index['model']))}, service model {escape(str(index['service_model']))}"
+    return (f"model {escape(str(index['model']))} as client and service alike (a service no larger than the client: "
+            "sending nothing is favoured by construction)")
 
 
 def _facts(index: dict[str, Any], joined: Joined) -> list[tuple[str, str]]:
@@ -174,7 +176,8 @@ def first_line(index: dict[str, Any], joined: Joined, escape: Callable[[str], st
     codes = sorted({code for cell in joined.cells.values() if (code := signature_fields(cell.signature).get("code"))})
     seeds = ", ".join(map(str, index["seeds"]))
     fresh, stale = fresh_counts(list(joined.cells.values()))
-    return (f"{escape(str(index['name']))} — profile {index['profile']}, seeds {seeds}, {len(joined.cells)} of "
+    return (f"{escape(str(index['name']))} — profile {index['profile']}, {_roles(index, escape)}, seeds {seeds}, "
+            f"{len(joined.cells)} of "
             f"{len(index['cells'])} cells, code {', '.join(codes) or 'unknown'} ({fresh} fresh, {stale} stale against "
             "the code that rendered this). Worst-case "
             "privacy is the strongest inversion attack that reads the release; the method, the per-attack tables, "

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from rapt_audit.api.errors import DataError, UnknownNameError, UsageError
+from rapt_audit.api.errors import DataError, ModelError, UnknownNameError, UsageError
 from rapt_audit.api.params import canonical_params, make_plugin, plugin_args, plugin_fields
 from rapt_audit.api.plugins import ATTACKS, DEFENSES, load
 from rapt_audit.api.registry import unknown_name_message
@@ -39,6 +39,7 @@ from rapt_audit.data import SplitSizeError, SplitSizes, load_dataset, make_split
 from rapt_audit.pipeline.cell_limit import check_cell_count
 from rapt_audit.pipeline.config import profile_split_sizes
 from rapt_audit.pipeline.context import PROFILES
+from rapt_audit.pipeline.roles import check_models
 
 
 #: The parameter that marks a defense whose service customizes the encoder: ``[service]`` applies to it.
@@ -226,7 +227,12 @@ def _culprit(bench: Benchmark, name: str, args: Mapping[str, str]) -> str | None
 
 
 def _check_data(bench: Benchmark, data_dir: str | None, problems: list[str] | None) -> None:
-    """Load each dataset once: missing files, a task without labels, attributes or entities the family needs."""
+    """Load each dataset once: missing files, a task without labels, attributes or entities the family needs; and the
+    client's and the service's models found here (mpnet is assembled by a step of its own)."""
+    try:
+        check_models(bench.model, bench.service_model)
+    except ModelError as exc:
+        _report(bench.error(("service", "model") if "service's" in str(exc) else ("model",), str(exc)), problems)
     for dataset in bench.all_datasets:
         families = bench.families_of(dataset)
         where = ("datasets", "utility" if "utility" in families else families[0])

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rapt_audit.encoder.models import model_fingerprint
+from rapt_audit.api.errors import ModelError
+from rapt_audit.encoder.models import model_fingerprint, resolve_model_path
 from rapt_audit.pipeline.config import RunConfig
 from rapt_audit.pipeline.context import RunContext
 
@@ -45,6 +46,22 @@ def defense_context(ctx: RunContext, defense: Any) -> RunContext:
     return ctx.as_service() if input_space(defense) == "service" else ctx
 
 
+def check_models(model: str, service_model: str | None) -> None:
+    """Fail before any work when the client's or the service's model cannot be found here (an alias whose package
+    or assembly is missing, a folder without ``config.json``); a Hugging Face id is checked when it loads.
+
+    Raises:
+        ModelError: naming the model, its role and the step that installs it.
+    """
+    for role, spec in (("client", model), ("service", service_model)):
+        if spec is None:
+            continue
+        try:
+            resolve_model_path(spec)
+        except ModelError as exc:
+            raise ModelError(f"the {role}'s model: {exc}") from None
+
+
 def service_provenance(config: RunConfig, ctx: RunContext) -> dict[str, str]:
     """``env`` entries naming the service's model and its weights when it is not the client's (none otherwise,
     so the results of runs that name no service are written as before)."""
@@ -54,4 +71,4 @@ def service_provenance(config: RunConfig, ctx: RunContext) -> dict[str, str]:
             "service_model_fingerprint": model_fingerprint(config.service_model, cache_dir=ctx.cache_dir)}
 
 
-__all__ = ["INPUT_SPACES", "defense_context", "input_space", "service_provenance"]
+__all__ = ["INPUT_SPACES", "check_models", "defense_context", "input_space", "service_provenance"]

@@ -61,7 +61,7 @@ from rapt_audit.pipeline.results import (
     why_unreadable,
     write_result,
 )
-from rapt_audit.pipeline.roles import defense_context, service_provenance
+from rapt_audit.pipeline.roles import check_models, defense_context, service_provenance
 from rapt_audit.pipeline.stage_reuse import StoredStages, here_code, reusable_in, staleness
 from rapt_audit.pipeline.text_store import TextReleaseStore
 from rapt_audit.scoring.worst_case import WORST_CASE, WORST_CASE_THREAT, worst_case
@@ -150,6 +150,7 @@ def plan(config: RunConfig) -> Plan:
     Raises:
         UsageError, DataError, ResultError: with messages that name the problem and the fix.
     """
+    check_models(config.model, config.service_model)  # a model not installed here fails now, naming the step
     checked = _prepare(config)
     existing = check_out_dir(checked.out, config)
     # A result other code measured is not this run's: a sweep runs it again, reusing its fresh stages.
