@@ -76,6 +76,13 @@ def test_a_result_measured_by_other_code_has_its_stale_stages_measured_again(tmp
     again = json.loads((out / "result.json").read_text())
     assert again["env"]["code"]["attacks"]["random_guess"] == "0123abcd" * 2
     assert again["env"]["reused_stages"] == ["utility"]  # the defense is unchanged: its utility kept
+    # What the whole cell costs cold, for the estimates: this run's time plus the stored seconds it reused.
+    kept = first["env"]["timings_s"]["defense.utility"]
+    assert again["env"]["cold_time_s"] == pytest.approx(again["env"]["wall_time_s"] + kept, abs=1e-3)
+    from rapt_audit.pipeline.results import read_result
+    from rapt_audit.pipeline.time_budget import cell_seconds
+
+    assert cell_seconds(read_result(out / "result.json")) == again["env"]["cold_time_s"]  # what estimates read
     assert again["utility"] == first["utility"] and again["attacks"] == first["attacks"]  # one seed, one number
     assert again["signature"] != first["signature"]  # the attacks' code is the table's: code: moved
 

@@ -36,6 +36,7 @@ from rapt_audit.pipeline.contracts import unreadable_release
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result, why_unreadable
 from rapt_audit.pipeline.stage_reuse import cell_code, stored_stages
 from rapt_audit.pipeline.sweep import Cell, cell_name
+from rapt_audit.pipeline.time_budget import cell_seconds
 
 #: The attack a task-only cell runs: a run needs one, and the attacker's prior costs nothing.
 PLACEHOLDER_ATTACK = "random_guess"
@@ -192,9 +193,8 @@ def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
     results = [finished(c) for c in cells]
     similar: dict[tuple[str, str], list[float]] = {}
     for cell, result in zip(cells, results):
-        wall = None if result is None else result.env.get("wall_time_s")
-        if isinstance(wall, (int, float)):
-            similar.setdefault((cell.defense, cell.dataset), []).append(float(wall))
+        if result is not None and isinstance(result.env.get("wall_time_s"), (int, float)):  # the whole cell's cost
+            similar.setdefault((cell.defense, cell.dataset), []).append(cell_seconds(result))
     table = profile_costs(profile)
     costs = []
     for cell, result in zip(cells, results):
@@ -204,8 +204,8 @@ def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
             if not reused.stale:
                 costs.append(CellCost("complete", 0.0, f"reused (took {wall} s)"))
                 continue
-            # Only the stale stages run again: what the cell took, less the stored seconds of what it keeps.
-            left = max(float(wall or 0.0) - sum(reused.timings.values()), 0.0)
+            # Only the stale stages run again: what the whole cell took, less the stored seconds of what it keeps.
+            left = max(cell_seconds(result) - sum(reused.timings.values()), 0.0)
             stale = stale_components(cell, result)
             costs.append(CellCost("stale", left, f"stale ({'; '.join(stale)}): those stages run again, "
                                                  f"about {duration(left)} of the {wall} s it took", stale))

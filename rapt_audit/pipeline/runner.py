@@ -352,8 +352,7 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
                                   **({"texts": ctx.text_releases.report()} if ctx.text_releases else {})}})
     env["code"] = checked.here.to_dict()  # per component (issue #62); the signature's code: is their shared part
     if reused:  # stages of an earlier run of this cell, on unchanged code: their stored seconds stand for them
-        env["reused_stages"] = reused.names()
-        timings.update({k: v for k, v in reused.timings.items() if k not in timings})
+        reused.record(env, timings)
     if (packed := analysis_pack.provenance(ctx)) is not None:  # spaCy absent: whose analyses the run read
         env["spacy_analyses"] = packed
     attack_settings = {n: get_params(a) for n, a in checked.attacks.items()}

@@ -73,6 +73,15 @@ class StoredStages:
         """The reused stages, as ``env.reused_stages`` lists them (``utility``, ``attack.NAME``)."""
         return (["utility"] if self.utility is not None else []) + [f"attack.{n}" for n in sorted(self.attacks)]
 
+    def record(self, env: dict[str, Any], timings: dict[str, float]) -> None:
+        """Say in ``env`` what this run of the cell reused: ``reused_stages``; the reused stages' stored seconds in
+        ``timings``; and ``cold_time_s``, this run's ``wall_time_s`` plus those seconds, what the whole cell costs
+        cold, which cost estimates read (this run's own wall time is shorter by what it did not run again)."""
+        kept = {k: v for k, v in self.timings.items() if k not in timings}
+        env["reused_stages"] = self.names()
+        env["cold_time_s"] = round(float(env["wall_time_s"]) + sum(kept.values()), 3)
+        timings.update(kept)
+
 
 def here_code(config: RunConfig, attacks: Iterable[str]) -> CellCode:
     """The digests the code here gives the cell of ``config`` running ``attacks`` (plugins already loaded)."""

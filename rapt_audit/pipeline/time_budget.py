@@ -31,13 +31,20 @@ def budget_spent(deadline: tuple[float, float] | None, longest: float | None,
     return left if longest > left else None
 
 
+def cell_seconds(result: RunResult) -> float:
+    """What ``result``'s cell costs run whole: ``env.cold_time_s`` where the run reused stages of an earlier run of
+    the cell (its own ``wall_time_s`` is shorter by them), else ``env.wall_time_s``."""
+    env = result.env
+    return float(env.get("cold_time_s") or env.get("wall_time_s") or 0.0)
+
+
 def longest_finished(finished: Iterable[RunResult]) -> float | None:
-    """The longest ``env.wall_time_s`` of cells finished before this call (``None`` when there are none).
+    """The longest cell (:func:`cell_seconds`) of those finished before this call (``None`` when there are none).
 
     The longest cell so far estimates the next one: cells differ (identity trains less than RAPT),
     and a cell started that does not fit is lost when the machine's time runs out.
     """
-    return max((float(r.env.get("wall_time_s") or 0.0) for r in finished), default=None)
+    return max((cell_seconds(r) for r in finished), default=None)
 
 
-__all__ = ["budget_spent", "longest_finished"]
+__all__ = ["budget_spent", "cell_seconds", "longest_finished"]
