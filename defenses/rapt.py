@@ -19,8 +19,7 @@ from rapt_audit.utility.customize import METHODS, PlainTokens, check_method
 
 
 def check_rapt_method(method: str) -> str:
-    """A customization method; ``bow`` and ``head`` are refused because RAPT trains the encoder (its plain tokens
-    and reconstruction head shape the customization)."""
+    """A customization method; ``bow`` and ``head`` are refused because RAPT trains the encoder."""
     if method in ("bow", "head"):
         raise UsageError(f"rapt trains the encoder, so method={method} is not available; choose one of: "
                          + ", ".join(METHODS))
