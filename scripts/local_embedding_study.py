@@ -16,15 +16,13 @@ Reproduce (one run at a time under ``flock /tmp/rapt-heavy.lock``; finished runs
 
 from __future__ import annotations
 
-import argparse
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from regime_study import CLI, LOCK, REPO, accuracy, paired_band  # noqa: E402 - the study it extends
+from regime_study import CLI, LOCK, REPO, accuracy, paired_band, study_main  # noqa: E402 - the study it extends
 
 SEEDS = (100, 101)
 ETAS = (75, 100)
@@ -121,19 +119,7 @@ def table(out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path, help="scratch folder: the runs and table.md")
-    parser.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished results")
-    args = parser.parse_args(argv)
-    if not os.environ.get("RAPT_AUDIT_DATA"):
-        parser.error("set RAPT_AUDIT_DATA to the data folder (sst2/, wikitext2/)")
-    args.out.mkdir(parents=True, exist_ok=True)
-    if not args.table_only:
-        run_all(args.out)
-    text = table(args.out)
-    (args.out / "table.md").write_text(text, encoding="utf-8")
-    print(text)
-    return 0
+    return study_main(argv, __doc__.splitlines()[0], run_all, table)
 
 
 if __name__ == "__main__":
