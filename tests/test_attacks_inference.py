@@ -14,7 +14,7 @@ import pytest
 
 import rapt_audit.attacks.attribute as attribute
 import rapt_audit.attacks.ner as ner
-from rapt_audit.api.errors import DataError, PluginError
+from rapt_audit.api.errors import DataError
 from rapt_audit.api.types import AttackerData, Record, Release, Skip, Span
 from rapt_audit.attacks._ner_tags import iob_labels, spans_to_tags, tags_to_entities, tags_to_spans, tokenize_words
 from rapt_audit.data import SplitSizes, load_dataset, make_splits
@@ -203,15 +203,15 @@ def test_ner_changed_words_are_not_leaked(ner_attack, splits, mctx):
     assert result.empirical_privacy.value == 1.0
 
 
-def test_a_tagger_that_finds_nothing_in_the_original_text_is_a_failure_not_privacy(ner_attack, splits, mctx,
+def test_a_tagger_that_finds_nothing_in_the_original_text_gives_no_reading_not_privacy(ner_attack, splits, mctx,
                                                                                     monkeypatch):
     """An attacker's tagger that learnt nothing (all O on clean text, as a collapsed fine-tuning gives) once read as
-    privacy 1.000 on a release 97 % verbatim: it is refused, naming what to change."""
+    privacy 1.000 on a release 97 % verbatim: it is skipped, saying why and what to change."""
     test = splits.victim_test[:50]
     texts = [r.text + " ." for r in test]  # not the text itself, so the clean ceiling is tagged apart
     monkeypatch.setattr(type(ner_attack), "tag", lambda self, texts, words, *, ctx: [["O"] * len(w) for w in words])
     monkeypatch.setattr(ner_attack, "_clean", {})
-    with pytest.raises(PluginError, match="finds none of the .* reference entities in the original victim text"):
+    with pytest.raises(Skip, match="finds none of the .* reference entities in the original victim text"):
         ner_attack.attack(Release(uids=[r.uid for r in test], texts=texts), test, ctx=mctx)
 
 

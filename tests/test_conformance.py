@@ -34,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("_pos_template")
 #: fits twice, for the determinism rule): the rules check the contract (kinds, determinism, ranges,
 #: caching), not how well the network learns, which the attacks' and defenses' own tests check. A plugin
 #: checked with ``rapt-audit plugin check`` runs its smoke profile as before.
-#: (ner and ner_adaptive train long enough to find some entity in clean text: a tagger that finds none now fails.)
+#: (ner and ner_adaptive train long enough to find some entity in clean text: a tagger that finds none skips.)
 SMALLER = {"ner": {"max_train_sentences": 30, "epochs": 4}, "ner_adaptive": {"max_train_sentences": 30, "epochs": 4},
            "bow_inversion": {"epochs": 3}, "ae_inversion": {"epochs": 2}, "rapt": {"plain_tokens": 8}}
 
