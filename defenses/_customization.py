@@ -28,9 +28,8 @@ from rapt_audit.api.params import Check, CheckedParams, PositiveInt, get_params
 from rapt_audit.api.types import Estimate
 from rapt_audit.defenses._representation import HEAD_PROFILES, TaskClassifier
 from rapt_audit.encoder.encode import encode_pooled
-from rapt_audit.scoring.classification import classification_utility
 from rapt_audit.utility.customize import METHODS, PlainTokens, check_method, check_positions, resolve_settings
-from rapt_audit.utility.customized import customize_service, score_customized
+from rapt_audit.utility.customized import customize_service, score_customized, score_probabilities
 from rapt_audit.utility.on_device import Precision
 from rapt_audit.utility.probes import bow_probe_utility
 from rapt_audit.utility.selection import check_lr_grid, resolve_grid
@@ -138,19 +137,15 @@ class Customized(CheckedParams):
         """``method=head``: the local encoder client's MLP head (its settings at this profile, a fixed number of
         epochs: nothing chosen on any split) trained on the service's vectors of the training inputs, then scored
         on ``test()``'s vectors, read only once the head is trained. A class the training labels never showed
-        gets probabilities of zero, as :func:`~rapt_audit.utility.customized.score_customized` scores it."""
+        gets probabilities of zero (:func:`~rapt_audit.utility.customized.score_probabilities`)."""
         head = TaskClassifier(**HEAD_PROFILES.get(ctx.profile, {}))
         started = time.perf_counter()
         predict = head.fit_task_classifier(x_train, y_train, n_classes=int(np.max(y_train)) + 1, device=ctx.device,
                                            precision=ctx.precision, seed=ctx.seed_for("customize", key))
         x_test, y_test = test()
-        probabilities = predict(x_test)
-        missing = int(np.max(y_test)) + 1 - probabilities.shape[1] if len(y_test) else 0
-        if missing > 0:
-            probabilities = np.pad(probabilities, ((0, 0), (0, missing)))
         self._training = {"settings": {"method": HEAD, **get_params(head)}, "train_examples": len(x_train),
                           "train_seconds": round(time.perf_counter() - started, 2), "service": ctx.service_spec}
-        return classification_utility(probabilities, np.asarray(y_test), rng=ctx.rng("utility", key))
+        return score_probabilities(predict(x_test), y_test, ctx=ctx, key=key)
 
     def customized_scores(self, train_texts: Sequence[str] | TokenVectors, y_train: np.ndarray,
                           test: Callable[[], tuple[Sequence[str] | TokenVectors, np.ndarray]], *, ctx: RunContext,

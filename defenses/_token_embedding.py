@@ -154,16 +154,15 @@ class TokenEmbeddingDefense(Customized):
         train_vectors = self.service_input(self._release_records(self._train, ctx), ctx)
         if self.method in ("probe", HEAD):
             model = ctx.service()  # this defense runs in the service's view: ctx.encoder() is the service's too
+            x_train = pooled_from_embeddings(model, train_vectors)
 
             def pooled_test() -> tuple[np.ndarray, np.ndarray]:
                 return (pooled_from_embeddings(model, self.service_input(self._release_records(test, ctx), ctx)),
                         require_labels(test, split="victim_test"))
 
             if self.method == HEAD:
-                return self.head_scores(pooled_from_embeddings(model, train_vectors), y_train, pooled_test, ctx=ctx,
-                                        key=self.name)
-            return probe_utility(pooled_from_embeddings(model, train_vectors), y_train, *pooled_test(),
-                                 rng=ctx.rng("utility", self.name))
+                return self.head_scores(x_train, y_train, pooled_test, ctx=ctx, key=self.name)
+            return probe_utility(x_train, y_train, *pooled_test(), rng=ctx.rng("utility", self.name))
 
         def test_split() -> tuple[TokenVectors, np.ndarray]:  # privatized and read only once the model is final
             return (TokenVectors.of(self.service_input(self._release_records(test, ctx), ctx)),

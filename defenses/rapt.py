@@ -12,6 +12,7 @@ from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Record, Release
+from rapt_audit.defenses._customization import HEAD
 from rapt_audit.defenses.pct2t import PCT2TDefense
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.engines import pos_candidates, word_engine
@@ -20,7 +21,7 @@ from rapt_audit.utility.customize import METHODS, PlainTokens, check_method
 
 def check_rapt_method(method: str) -> str:
     """A customization method; ``bow`` and ``head`` are refused because RAPT trains the encoder."""
-    if method in ("bow", "head"):
+    if method in ("bow", HEAD):
         raise UsageError(f"rapt trains the encoder, so method={method} is not available; choose one of: "
                          + ", ".join(METHODS))
     return check_method(method)

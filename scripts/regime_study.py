@@ -369,40 +369,34 @@ def overlap() -> dict[str, dict[str, int]]:
     return found
 
 
-def study_main(argv, description: str, run_all, table) -> int:  # noqa: ANN001 - a study's two callables
-    """The command of a study built on this one (``service_regime``, ``local_embedding_study``): ``--out`` (the runs
-    and table.md), ``--table-only``; runs what is not finished with ``run_all(out)``, then prints and writes
-    ``table(out)``."""
+def study_main(argv, description: str, run_all, table, after=None) -> int:  # noqa: ANN001 - a study's callables
+    """The command of this study and of those built on it (``service_regime``, ``local_embedding_study``): ``--out``
+    (the runs and table.md), ``--table-only``; runs what is not finished with ``run_all(out)``, writes and prints
+    ``table(out)``, then ``after(out)`` when given (this study's overlap.json)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", required=True, type=Path, help="scratch folder: the runs and table.md")
     parser.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished results")
     args = parser.parse_args(argv)
     if not os.environ.get("RAPT_AUDIT_DATA"):
-        parser.error("set RAPT_AUDIT_DATA to the data folder (sst2/, wikitext2/)")
+        parser.error("set RAPT_AUDIT_DATA to the data folder (sst2/, qqp/, wikitext2/)")
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.table_only:
         run_all(args.out)
     text = table(args.out)
     (args.out / "table.md").write_text(text, encoding="utf-8")
+    if after is not None:
+        after(args.out)
     print(text)
     return 0
+
+
+def write_overlap(out: Path) -> None:
+    """``out/overlap.json``: :func:`overlap`."""
+    (out / "overlap.json").write_text(json.dumps(overlap(), indent=1) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path, help="scratch folder: the runs, table.md, overlap.json")
-    parser.add_argument("--table-only", action="store_true", help="run nothing; tabulate the finished results")
-    args = parser.parse_args(argv)
-    if not os.environ.get("RAPT_AUDIT_DATA"):
-        parser.error("set RAPT_AUDIT_DATA to the data folder (sst2/, qqp/)")
-    args.out.mkdir(parents=True, exist_ok=True)
-    if not args.table_only:
-        run_all(args.out)
-    text = table(args.out)
-    (args.out / "table.md").write_text(text, encoding="utf-8")
-    (args.out / "overlap.json").write_text(json.dumps(overlap(), indent=1) + "\n", encoding="utf-8")
-    print(text)
-    return 0
+    return study_main(argv, __doc__.splitlines()[0], run_all, table, after=write_overlap)
 
 
 if __name__ == "__main__":

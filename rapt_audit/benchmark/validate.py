@@ -39,7 +39,7 @@ from rapt_audit.data import SplitSizeError, SplitSizes, load_dataset, make_split
 from rapt_audit.pipeline.cell_limit import check_cell_count
 from rapt_audit.pipeline.config import profile_split_sizes
 from rapt_audit.pipeline.context import PROFILES
-from rapt_audit.pipeline.roles import check_models
+from rapt_audit.pipeline.roles import check_model
 
 
 #: The parameter that marks a defense whose service customizes the encoder: ``[service]`` applies to it.
@@ -229,10 +229,12 @@ def _culprit(bench: Benchmark, name: str, args: Mapping[str, str]) -> str | None
 def _check_data(bench: Benchmark, data_dir: str | None, problems: list[str] | None) -> None:
     """Load each dataset once: missing files, a task without labels, attributes or entities the family needs; and the
     client's and the service's models found here (mpnet is assembled by a step of its own)."""
-    try:
-        check_models(bench.model, bench.service_model)
-    except ModelError as exc:
-        _report(bench.error(("service", "model") if "service's" in str(exc) else ("model",), str(exc)), problems)
+    roles = (("client", bench.model, ("model",)), ("service", bench.service_model, ("service", "model")))
+    for role, spec, where in roles:
+        try:
+            check_model(spec, role=role)
+        except ModelError as exc:
+            _report(bench.error(where, str(exc)), problems)
     for dataset in bench.all_datasets:
         families = bench.families_of(dataset)
         where = ("datasets", "utility" if "utility" in families else families[0])

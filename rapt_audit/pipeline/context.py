@@ -154,8 +154,7 @@ class RunContext:
     def service(self) -> LoadedModel:
         """The service's pretrained model, which it customizes and scores (the client's encoder itself when the
         run names no other service model); loaded once per process and shared. Treat it as read-only."""
-        spec = self.service_spec
-        return self.shared(("encoder", spec, self.device), lambda: load_model(spec, device=self.device))
+        return self.as_service().encoder()  # one memo: the client's own encoder when the service names no other
 
     def as_service(self) -> RunContext:
         """This run seen from the service's input space: a context whose :attr:`model` is the service's (its

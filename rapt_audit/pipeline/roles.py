@@ -46,20 +46,20 @@ def defense_context(ctx: RunContext, defense: Any) -> RunContext:
     return ctx.as_service() if input_space(defense) == "service" else ctx
 
 
-def check_models(model: str, service_model: str | None) -> None:
-    """Fail before any work when the client's or the service's model cannot be found here (an alias whose package
-    or assembly is missing, a folder without ``config.json``); a Hugging Face id is checked when it loads.
+def check_model(spec: str | None, *, role: str) -> None:
+    """Fail before any work when ``role``'s model (``client`` or ``service``; ``None``: none named) cannot be found
+    here (an alias whose package or assembly is missing, a folder without ``config.json``); a Hugging Face id is
+    checked when it loads.
 
     Raises:
         ModelError: naming the model, its role and the step that installs it.
     """
-    for role, spec in (("client", model), ("service", service_model)):
-        if spec is None:
-            continue
-        try:
-            resolve_model_path(spec)
-        except ModelError as exc:
-            raise ModelError(f"the {role}'s model: {exc}") from None
+    if spec is None:
+        return
+    try:
+        resolve_model_path(spec)
+    except ModelError as exc:
+        raise ModelError(f"the {role}'s model: {exc}") from None
 
 
 def service_provenance(config: RunConfig, ctx: RunContext) -> dict[str, str]:
@@ -71,4 +71,4 @@ def service_provenance(config: RunConfig, ctx: RunContext) -> dict[str, str]:
             "service_model_fingerprint": model_fingerprint(config.service_model, cache_dir=ctx.cache_dir)}
 
 
-__all__ = ["INPUT_SPACES", "check_models", "defense_context", "input_space", "service_provenance"]
+__all__ = ["INPUT_SPACES", "check_model", "defense_context", "input_space", "service_provenance"]

@@ -61,7 +61,7 @@ from rapt_audit.pipeline.results import (
     why_unreadable,
     write_result,
 )
-from rapt_audit.pipeline.roles import check_models, defense_context, service_provenance
+from rapt_audit.pipeline.roles import check_model, defense_context, service_provenance
 from rapt_audit.pipeline.stage_reuse import StoredStages, here_code, reusable_in, staleness
 from rapt_audit.pipeline.text_store import TextReleaseStore
 from rapt_audit.scoring.worst_case import WORST_CASE, WORST_CASE_THREAT, worst_case
@@ -150,7 +150,8 @@ def plan(config: RunConfig) -> Plan:
     Raises:
         UsageError, DataError, ResultError: with messages that name the problem and the fix.
     """
-    check_models(config.model, config.service_model)  # a model not installed here fails now, naming the step
+    for role, spec in (("client", config.model), ("service", config.service_model)):
+        check_model(spec, role=role)  # a model not installed here fails now, naming the step
     checked = _prepare(config)
     existing = check_out_dir(checked.out, config)
     # A result other code measured is not this run's: a sweep runs it again, reusing its fresh stages.
@@ -266,8 +267,8 @@ def _measure(checked: Plan, *, say: Log, progress: bool, reused: StoredStages | 
     device = resolve_device(config.device)
     ctx = RunContext(seed=config.seed, profile=config.profile, device=device,
                      precision=resolve_precision(config.precision, device), model=config.model,
-                     service_model=config.service_model, cache_dir=default_cache_dir(), progress=progress, data_dir=config.data_dir,
-                     cache_analyses=config.release_cache)
+                     service_model=config.service_model, cache_dir=default_cache_dir(), progress=progress,
+                     data_dir=config.data_dir, cache_analyses=config.release_cache)
     fingerprint = model_fingerprint(config.model, cache_dir=ctx.cache_dir)
     if config.release_cache:
         ctx.text_releases = TextReleaseStore(ctx.cache_dir / "texts", ctx=ctx, model_fingerprint=fingerprint)
@@ -319,8 +320,8 @@ def _measure_stages(checked: Plan, ctx: RunContext, gpu: GpuMonitor, *, say: Log
     # Built after fit and utility: the key holds what they depended on (calibrated η, customization).
     cached = cached_defense(defense, ctx=ctx, enabled=config.release_cache, fit_records=splits.victim_train,
                             utility_records=splits.victim_test if dataset.has_labels else None,
-                            model_fingerprint=fingerprint if ctx.model == config.model else
-                            served["service_model_fingerprint"], compute=checked_release(config.defense, defense))
+                            model_fingerprint=model_fingerprint(ctx.model, cache_dir=ctx.cache_dir),  # its view's
+                            compute=checked_release(config.defense, defense))
     release = timed("defense.release", lambda: cached.release(splits.victim_test, ctx=ctx))
     victim_release = cached.last
     bar.update(1)

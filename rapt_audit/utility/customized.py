@@ -133,7 +133,13 @@ def score_customized(trained: TrainedClassifier, test_texts: ServiceInput, y_tes
     A test label the training data never showed gets a probability column of zeros: the model cannot
     predict a class it never saw, and that is scored as the error it is.
     """
-    probabilities = trained.predict_proba(test_texts)
+    return score_probabilities(trained.predict_proba(test_texts), y_test, ctx=ctx, key=key)
+
+
+def score_probabilities(probabilities: np.ndarray, y_test: np.ndarray, *, ctx: RunContext,
+                        key: str) -> dict[str, Estimate]:
+    """The service's utility from its class probabilities on the test inputs (any service: customized, or the frozen
+    model's head), a test label the training data never showed given a probability column of zeros."""
     y_test = np.asarray(y_test)
     missing = int(np.max(y_test)) + 1 - probabilities.shape[1] if len(y_test) else 0
     if missing > 0:
@@ -141,4 +147,5 @@ def score_customized(trained: TrainedClassifier, test_texts: ServiceInput, y_tes
     return classification_utility(probabilities, y_test, rng=ctx.rng("utility", key))
 
 
-__all__ = ["CODE_VERSION", "customize_service", "inputs_digest", "score_customized", "trained_parameters"]
+__all__ = ["CODE_VERSION", "customize_service", "inputs_digest", "score_customized", "score_probabilities",
+           "trained_parameters"]
