@@ -60,7 +60,8 @@ def heatmap(table: Matched, fraction: float, attacks: list[str], *, stem: str) -
     caption = (f"Each defense's privacy (higher = more private) under each attack at {100 * fraction:.0f} % of the "
                f"no-privacy utility ({table.utility} ≥ {table.targets[fraction].value:.3f}), read on its frontier; "
                "≥: a lower bound (the defense's grid stops before the target); hatched: the attack cannot read what "
-               "the defense releases; grey: pending or not run; dotted: the defense does not reach the target. {REFERENCE}: its own privacy, for reference.")
+               "the defense releases; grey: pending or not run; dotted: the defense does not reach the target. "
+               f"{REFERENCE}: its own privacy, for reference.")
     return heatmap_figure(defenses, attacks, grid, title, caption, stem=stem)
 
 
