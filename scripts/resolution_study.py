@@ -41,10 +41,11 @@ import numpy as np
 
 from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.benchmark.join import join
+from rapt_audit.benchmark.matched import _by_defense  # the benchmark's own grouping of a group's rows
 from rapt_audit.benchmark.paired import REFERENCE, Pairing
 from rapt_audit.reporting import paired_rows
 from rapt_audit.reporting.figures import pick_utility
-from rapt_audit.reporting.summary import Group, group_results, is_local_baseline
+from rapt_audit.reporting.summary import Group, fmt_estimate, group_results, is_local_baseline
 from rapt_audit.scoring.hierarchical import POWER_80
 
 FRACTION = 0.90
@@ -80,10 +81,7 @@ def the_group(folder: Path) -> Group:
 def subset(group: Group, seeds: Sequence[int], dense: bool = True) -> Group:
     """``group`` at ``seeds`` only; without each private defense's middle setting unless ``dense``."""
     rows = []
-    by_defense: dict[str, list] = {}
-    for row in group.rows:
-        by_defense.setdefault(row.defense, []).append(row)
-    for defense, mine in by_defense.items():
+    for mine in _by_defense(group).values():
         private = [r for r in mine if not r.no_privacy]
         keep = mine if dense or len(private) < 3 else [r for r in mine if r is not private[len(private) // 2]]
         rows += [dataclasses.replace(r, runs=[run for run in r.runs if paired_rows.seed_of(run) in seeds])
@@ -95,17 +93,15 @@ def reading(group: Group, *, pooled: bool = False, fraction: float = FRACTION): 
     """The worst case's paired readings, ranking and verdict at ``fraction`` of the ceiling, as the benchmark
     reads them (``pooled``: against the resample's mean ceiling over its drawn seeds)."""
     utility = pick_utility(group)
-    ceiling_row = next(r for r in group.rows if r.defense == REFERENCE)
+    # As rapt_audit.benchmark.matched.matched reads a group: the ceiling's row, the candidates by defense.
+    ceiling_row = max((r for r in group.rows if r.defense == REFERENCE), key=lambda r: r.utility[utility].value)
     pairing = Pairing.of(group, utility, ceiling_row, RESAMPLES, 0)
     if pairing is None:
         raise SystemExit("the pilot's results cannot be paired (a result kept no per-record parts)")
     if pooled:
         pairing.ceilings = np.repeat(pairing.ceilings.mean(axis=-1, keepdims=True), pairing.ceilings.shape[-1], -1)
         pairing.ceiling_point = np.full_like(pairing.ceiling_point, pairing.ceiling_point.mean())
-    rows: dict[str, list] = {}
-    for row in group.rows:
-        if not is_local_baseline(row.defense):
-            rows.setdefault(row.defense, []).append(row)
+    rows = {d: mine for d, mine in _by_defense(group).items() if not is_local_baseline(d)}
     found = pairing.read(group, WORST_CASE, rows, (fraction,))
     if found is None:
         raise SystemExit("the worst case cannot be paired")
@@ -162,7 +158,7 @@ def cell_costs(group: Group) -> list[str]:
 
 
 def _value(r) -> str:  # noqa: ANN001 - a Reading
-    return "–" if r.value is None else f"{r.value.value:.3f} [{r.value.ci_low:.3f}, {r.value.ci_high:.3f}]"
+    return "–" if r.value is None else fmt_estimate(r.value)
 
 
 def table(folder: Path) -> str:
