@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, ClassVar, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import DCHI_TEXT, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, PositiveInt
@@ -53,6 +54,8 @@ class DchiTextDefense(TextDefense):
     pretrain_corpus: str | None = None
     _eta: float | None = field(default=None, init=False, repr=False)
     _calibration: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    #: Audited through its own privatize at η (``rapt-audit audit``); T2T and PCT2T declare their engines' protocols.
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=DCHI_TEXT)
 
     def privatize(self, texts: Sequence[str], *, eta: float, rng: np.random.Generator,  # type: ignore[override]
                   ctx: RunContext) -> tuple[list[str], ReplacementCount]:

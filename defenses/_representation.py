@@ -103,6 +103,8 @@ class LaplaceRelease:
     epsilon: float
     sensitivity: float
     name: ClassVar[str]
+    #: What ``rapt-audit audit`` says it audits of the mechanism (its report's ``audits``).
+    audit_description: ClassVar[str] = "the Laplace release of a normalised vector (batches of two records)"
 
     def laplace_release(self, normalised: np.ndarray, uids: Sequence[str], *, ctx: RunContext) -> np.ndarray:
         """float32 ``normalised + Laplace(0, sensitivity/epsilon)``, fresh per row and dimension (:func:`laplace_rows`).

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import WORD_MECHANISM, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check
 from rapt_audit.api.types import Record
@@ -189,6 +190,8 @@ class WordMechanismDefense(TextDefense):
     epsilon_grid: ClassVar[tuple[float, ...]] = ()
     #: What ``rapt-audit audit`` says it audits of the mechanism (its report's ``audits``).
     audit_description: ClassVar[str] = "the released word of one word"
+    #: Audited through release_words, audit_groups and audit_distance (``rapt-audit audit``).
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=WORD_MECHANISM)
 
     def release_words(self, words_: list[str], *, epsilon: float, rng: np.random.Generator,
                       ctx: RunContext) -> tuple[list[str], ReplacementCount]:

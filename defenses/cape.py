@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import LAPLACE_REPRESENTATION, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import DataError, PrivacyParameterError, UsageError
 from rapt_audit.api.params import Check, CheckedParams, Dropout, PositiveFloat, PositiveInt, Range
@@ -64,6 +65,7 @@ class CapeDefense(CheckedParams, LaplaceRelease):
     """
 
     exposes: ClassVar[frozenset[str]] = frozenset({"sequence_embeddings"})
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=LAPLACE_REPRESENTATION, figure_place=6)
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 3, "hidden": 32}}
 
     epsilon: Annotated[float, Check(check_epsilon)] = 0.1

@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import WORD_MECHANISM, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -146,6 +147,7 @@ class CusTextDefense(WordMechanismDefense):
     #: (``rapt-audit calibrate --defense custext``, WikiText-2, 1,000 sentences); u ∈ [−1, 0] keeps a 20-word
     #: set near uniform until ε is several units.
     epsilon_grid: ClassVar[tuple[float, ...]] = (1.0, 3.0, 6.0, 10.0, 20.0)
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=WORD_MECHANISM, figure_place=9)
     audit_description: ClassVar[str] = ("the released word of one word, pairs within one customized set, and the set "
                                         "as support")
 

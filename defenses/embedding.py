@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, ClassVar, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import TOKEN_VECTORS, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
@@ -59,6 +60,9 @@ class EmbeddingDefense(TokenEmbeddingDefense):
     The service, the release and its memoisation are the base's
     (:class:`~rapt_audit.defenses._token_embedding.TokenEmbeddingDefense`); this class adds η and the noise.
     """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=TOKEN_VECTORS, figure_place=4)
+    audit_description: ClassVar[str] = "the noisy embedding of one token"
 
     eta: Annotated[float, Check(check_eta)] = 100.0
 

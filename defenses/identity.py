@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
+from rapt_audit.api.capabilities import Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.plugins import DEFENSES
 from rapt_audit.api.types import Estimate, Record, Release, pair_text
@@ -29,6 +30,7 @@ class IdentityDefense(Customized):
     """
 
     exposes: ClassVar[frozenset[str]] = frozenset({"texts"})
+    capabilities: ClassVar[Capabilities] = Capabilities(reference=True, figure_place=0)
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     _train: tuple[Record, ...] = field(default=(), init=False, repr=False)

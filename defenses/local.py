@@ -7,6 +7,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.plugins import DEFENSES
@@ -79,6 +80,7 @@ class LocalDefense(TaskClassifier):
     """
 
     exposes: ClassVar[frozenset[str]] = frozenset()
+    capabilities: ClassVar[Capabilities] = Capabilities(local_only=True, figure_place=13)
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = HEAD_PROFILES
 
     client: Literal["table", "bow", "encoder"] = "table"

@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar
 
 import numpy as np
 
+from rapt_audit.api.capabilities import WORD_MECHANISM, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -54,6 +55,7 @@ class MahalanobisDefense(WordMechanismDefense):
     #: T2T's η scale: replacement 0.90 at ε = 50, 0.24 at 100, 0.09 at 150 on MiniLM at λ = 0.2 (word-level T2T:
     #: 0.87, 0.20, 0.09; ``rapt-audit calibrate``, WikiText-2, 1,000 sentences).
     epsilon_grid: ClassVar[tuple[float, ...]] = (50.0, 75.0, 100.0, 125.0, 150.0)
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=WORD_MECHANISM, figure_place=11)
     audit_description: ClassVar[str] = "the released word of one word, against the Mahalanobis distance of the pair"
 
     def shape(self, ctx: RunContext) -> np.ndarray | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Annotated, Sequence
+from typing import Annotated, ClassVar, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import DCHI_POS, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
@@ -38,6 +39,9 @@ class PCT2TDefense(DchiTextDefense):
     adverb, determiner, conjunction, symbol, numeral, auxiliary, particle, interjection,
     punctuation, other, or ``all``.
     """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=DCHI_POS, figure_place=2)
+    audit_description: ClassVar[str] = "the released word of one word, within its POS category"
 
     categories: Annotated[tuple[str, ...], Check(resolve_categories)] = DEFAULT_CATEGORIES
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import DCHI_POS, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import Check, Range
@@ -59,6 +60,10 @@ class RAPTDefense(PCT2TDefense):
     #: At most one epoch keeps the smoke profile (CI, conformance tests) to seconds; the validation split
     #: is still carved and scored, so the smoke run goes through the same selection code as the others.
     profiles: ClassVar[Mapping[str, Mapping[str, Any]]] = {"smoke": {"epochs": 1}}
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=DCHI_POS, figure_place=3, own_service=(
+        "RAPT's service adds the user's plain tokens and a reconstruction head to prompt tuning (the paper's design), "
+        "so its ceiling is its own"))
+    audit_description: ClassVar[str] = "PCT2T's released word, which RAPT uses for the text and its plain tokens"
     method: Annotated[str, Check(check_rapt_method)] = "prompt"
     plain_tokens: Annotated[int, Range(0, note="40 in the paper")] = 40
     reconstruction: bool = True

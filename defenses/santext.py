@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import WORD_MECHANISM, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -79,6 +80,7 @@ class SanTextDefense(WordMechanismDefense):
     #: SanText replaces 0.91, 0.65, 0.33, 0.16 and 0.10 of words at these ε (8 % are words no candidate equals,
     #: replaced at every ε); the papers' ε ∈ {1, 2, 3} on GloVe replace almost every word here (0.998 at ε = 5).
     epsilon_grid: ClassVar[tuple[float, ...]] = (10.0, 12.5, 15.0, 17.5, 20.0)
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=WORD_MECHANISM, figure_place=8)
     audit_description: ClassVar[str] = ("the released word of one word (SanText+: pairs of sensitive words, and the "
                                         "sensitive support)")
 

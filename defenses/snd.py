@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import CLIENT_UPLOAD, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.digests import code_digest
 from rapt_audit.api.files import stable_hash
@@ -75,6 +76,10 @@ class SndDefense(TaskClassifier):
     """
 
     exposes: ClassVar[frozenset[str]] = frozenset({"token_embeddings", "sequence_embeddings"})
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=CLIENT_UPLOAD, figure_place=5, own_service=(
+        "SnD's utility is the client's: it classifies its denoised embedding with its own classifier (the paper's "
+        "protocol), not the service's prompt-tuned encoder"))
+    audit_description: ClassVar[str] = "the client's upload of one token: noisy embedding, then clipping"
     #: SnD's client runs only the service's (the LLM's) embedding layer and its denoiser: its uploads are rows of the
     #: service's input table and the server's output is the service's, so the defense and the attacks on it run in the
     #: service's view of the run (rapt_audit.pipeline.roles).

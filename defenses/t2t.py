@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal, Sequence
+from typing import Annotated, ClassVar, Literal, Sequence
 
 import numpy as np
 
+from rapt_audit.api.capabilities import DCHI_VOCABULARY, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check
 from rapt_audit.api.plugins import DEFENSES
@@ -28,6 +29,9 @@ class T2TDefense(DchiTextDefense):
     embeddings and decoded among whole-word tokens. Unknown input follows ``unk_policy`` (see
     :mod:`rapt_audit.mechanisms.privatize`). The number of units is released as is (length is not protected).
     """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=DCHI_VOCABULARY, figure_place=1)
+    audit_description: ClassVar[str] = "the released token of one token (unit=token) or word of one word (unit=word)"
 
     unit: Literal["token", "word"] = "token"
     unk_policy: Annotated[str, Check(check_unk_policy)] = "privatize"

@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar
 
 import numpy as np
 
+from rapt_audit.api.capabilities import WORD_MECHANISM, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -60,6 +61,7 @@ class TEMDefense(WordMechanismDefense):
     #: As SanText's (the same distances; γ truncates little at these ε): replacement 0.91 at ε = 10, 0.33 at 15,
     #: 0.10 at 20 on MiniLM (``rapt-audit calibrate --defense tem``, WikiText-2, 1,000 sentences).
     epsilon_grid: ClassVar[tuple[float, ...]] = (10.0, 12.5, 15.0, 17.5, 20.0)
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=WORD_MECHANISM, figure_place=10)
 
     def threshold(self, epsilon: float, ctx: RunContext) -> float:
         """γ in force at ``epsilon``."""

@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar
 
 import numpy as np
 
+from rapt_audit.api.capabilities import WORD_MECHANISM, Capabilities
 from rapt_audit.api.context import RunContext
 from rapt_audit.api.params import Check, Range
 from rapt_audit.api.plugins import DEFENSES
@@ -57,6 +58,7 @@ class VickreyDefense(WordMechanismDefense):
     #: at 300. In 384 dimensions the noise's norm d/ε dwarfs the gap between the two nearest words, so d₁ ≈ d₂
     #: and p ≈ 1 − t: the replacement does not fall below about t whatever ε; lower t reaches lower replacement.
     epsilon_grid: ClassVar[tuple[float, ...]] = (50.0, 75.0, 100.0, 150.0, 300.0)
+    capabilities: ClassVar[Capabilities] = Capabilities(audit=WORD_MECHANISM, figure_place=12)
     audit_description: ClassVar[str] = "the released word of one word (noise, then the first or second nearest)"
 
     def release_words(self, words_: list[str], *, epsilon: float, rng: np.random.Generator,

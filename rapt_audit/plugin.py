@@ -54,6 +54,8 @@ sits above the plugin packages (it re-exports the bases in ``rapt_audit.defenses
 """
 
 # One name per import line, and __all__ derived from them: adding a name to the plugin API is one line.
+from rapt_audit.api.capabilities import AUDIT_PROTOCOLS  # the audit protocols a defense may declare, and what each runs
+from rapt_audit.api.capabilities import Capabilities  # a defense's declared capabilities: audit protocol, reference, own service
 from rapt_audit.api.context import RunContext  # what every plugin method receives as ctx (a protocol)
 from rapt_audit.api.errors import DataError  # missing or unusable data; the message names the file and the fix
 from rapt_audit.api.errors import PluginError  # a plugin broke its contract (the runner raises it, naming the plugin)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.api.plugins import DEFENSES, capabilities_of, load
 from rapt_audit.api.types import Estimate, Skip
-from rapt_audit.benchmark.ceiling import HEAD_SERVICE, OWN_SERVICE, no_privacy_checks
+from rapt_audit.benchmark.ceiling import HEAD_SERVICE, no_privacy_checks
 from rapt_audit.benchmark.join import join
 from rapt_audit.benchmark.locate import find_line
 from rapt_audit.benchmark.matched import at_utility, matched
@@ -242,7 +242,7 @@ def test_every_defense_at_no_privacy_is_checked_against_identity_and_a_gap_is_ex
     assert {d for d, c in checks.items() if c.verdict == "outside"} == {"pct2t", "cape", "snd"}
     assert "unexplained" in checks["pct2t"].text(table.ceiling) and " below identity's interval" in checks[
         "pct2t"].text(table.ceiling)
-    assert checks["snd"].reason == OWN_SERVICE["snd"] and checks["cape"].reason == HEAD_SERVICE
+    assert checks["snd"].reason == capabilities_of("snd").own_service and checks["cape"].reason == HEAD_SERVICE
 
 
 def test_a_missing_no_privacy_row_says_whether_it_is_pending_or_measured_otherwise(tmp_path):
@@ -296,15 +296,20 @@ def test_cells_that_share_a_trained_model_never_run_side_by_side_and_the_task_ce
     assert [c.seed for c in cells] == sorted(c.seed for c in cells)  # a budget stops between seeds
 
 
-def test_a_benchmark_run_gives_each_pending_cell_its_estimate_for_the_time_left(tmp_path, monkeypatch):
+def test_a_benchmark_run_stores_the_dry_runs_evidence_for_the_time_left(tmp_path, monkeypatch):
+    """The sweep's loops judge the cells by the very estimates the dry run listed: its evidence, in the folder."""
+    from rapt_audit.pipeline.estimates import Estimator, read_evidence
+
     bench = load_benchmark(_write(tmp_path, TWO))
     cells = plan_cells(bench, out=tmp_path / "out")
     seen = {}
     monkeypatch.setattr(bench_run, "run_sweep", lambda given, **_kw: seen.setdefault("cells", list(given)))
     bench_run.run_benchmark(bench, cells, out=tmp_path / "out")
-    expected = [cost.seconds for cost in estimate_costs(cells, bench.profile)]
-    assert [c.expected_s for c in seen["cells"]] == expected and all(e > 0 for e in expected)
-    assert [c.name for c in seen["cells"]] == [c.cell.name for c in cells]
+    costs, evidence = estimate_costs(cells, bench)
+    assert read_evidence(tmp_path / "out") == evidence and evidence.figures
+    estimator = Estimator(read_evidence(tmp_path / "out"))
+    assert [estimator.estimate(c).seconds for c in seen["cells"]] == [c.seconds for c in costs]
+    assert all(c.seconds > 0 for c in costs) and [c.name for c in seen["cells"]] == [c.cell.name for c in cells]
 
 
 def test_a_task_without_attacks_of_its_own_runs_the_placeholder_attack(tmp_path):
@@ -406,7 +411,7 @@ def test_the_smoke_benchmark_runs_end_to_end_and_reports_every_builtin_defense(t
 
 def test_a_reading_says_how_often_its_target_was_reached_only_below_95_percent():
     from rapt_audit.benchmark.matched import Reading
-    from rapt_audit.benchmark.render import _reading_text
+    from rapt_audit.benchmark.headline import reading_text as _reading_text
 
     value = Estimate(0.4, 0.3, 0.5, 100)
     assert _reading_text(Reading("t2t", value, "interpolated", reached=0.97)) == _reading_text(

@@ -3,7 +3,7 @@
 The published folder is the tiny benchmark of ``test_benchmark_verify`` run for real (one cell of 20 synthetic
 records, a second); the added defense is the guide's word drop (``examples/word-drop-defense``), installed
 as a plugin would be. Its cells are real runs of the smallest cells there are (about a second each). The guide's
-section "Put your defense on the leaderboard" is run as printed, with that folder at ``reports/sst2-cpu``.
+section "Put your defense on the leaderboard" is run as printed by ``tests/test_docs_commands.py``, on real data.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -22,11 +21,9 @@ from rapt_audit.api.plugins import DEFENSES, load
 from rapt_audit.benchmark.run import read_index
 from rapt_audit.cli.main import main
 from rapt_audit.pipeline.results import read_result
-from tests.fake_plugins import GUIDE
 from tests.test_benchmark_verify import PUBLISHED
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "word-drop-defense" / "word_drop.py"
-SECTION = "## 7. Put your defense on the leaderboard"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,47 +60,6 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, published_run: Path
     shutil.copytree(published_run, tmp_path / "reports" / "sst2-cpu")
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def _tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _guide() -> tuple[str, list[list[str]]]:
-    """The section's additions file (its ``toml`` block) and its commands (its ``bash`` block), as printed."""
-    text = GUIDE.read_text(encoding="utf-8")
-    section = text[text.index(SECTION):text.index("\n## ", text.index(SECTION) + 1)]
-    toml = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
-    bash = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    return toml, [shlex.split(line) for line in bash.splitlines() if line.strip()]
-
-
-def test_the_guide_walk_runs_as_printed(workdir, capsys):
-    toml, commands = _guide()
-    (workdir / "word-drop.toml").write_text(toml, encoding="utf-8")
-    published = _tree(workdir / "reports" / "sst2-cpu")
-    out = workdir / "runs" / "word-drop-bench"
-    outputs = []
-    for argv in commands:
-        assert argv[0] == "rapt-audit"
-        code = main(argv[1:])
-        captured = capsys.readouterr()
-        assert code == 0, f"{shlex.join(argv)} exited {code}: {captured.err or captured.out}"
-        outputs.append(captured.out)
-        if "--dry-run" in argv:
-            assert not out.exists(), "a dry run writes nothing"
-    dry, one, rest, verified = outputs
-    # The dry run: only word drop's two cells, the published one reused, the plugin's cost a stated guess.
-    assert "2 cells, 0 finished, 2 to run" in dry and "defense=identity" not in dry
-    assert "1 published cell(s)" in dry and "no smoke-profile figure for word_drop" in dry
-    # One cell first, no report while the other is still to run; then the rest and the report of the whole file.
-    assert "1 cell(s) of the file still to run, so no report yet" in one
-    assert "wrote" in rest and (out / "leaderboard.md").is_file() and (out / "index.html").is_file()
-    index = read_index(out)
-    assert index["name"] == "tiny" and {c["defense"] for c in index["cells"]} == {"identity", "word_drop"}
-    assert "word_drop" in (out / "leaderboard.md").read_text(encoding="utf-8")
-    assert "0 refused" in verified and "2 unchecked" in verified  # a maintainer's checks admit both cells
-    assert _tree(workdir / "reports" / "sst2-cpu") == published, "the published folder is never written"
 
 
 def test_a_header_key_or_a_published_defense_in_the_file_is_refused(workdir, capsys):

@@ -12,16 +12,8 @@ import pytest
 
 from rapt_audit.api.types import Estimate, PerRecord, Skip
 from rapt_audit.cli import main
-from rapt_audit.reporting.check import (
-    BASELINE_SCHEMA,
-    compare_estimates,
-    compare_measure,
-    compare_paired,
-    gate,
-    read_baseline,
-    standard_error,
-)
-from rapt_audit.scoring.stats import paired_drop
+from rapt_audit.reporting.check import BASELINE_SCHEMA, compare_measure, gate, read_baseline
+from rapt_audit.scoring.significance import compare_estimates, compare_paired, paired_drop, standard_error
 from tests.result_factory import fake_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent

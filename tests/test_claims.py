@@ -49,7 +49,7 @@ def test_privacy_rising_as_eta_falls_is_supported_and_a_reversal_refutes_it():
 def test_equal_privacy_is_judged_against_the_margin(gap: float, status: str):
     results = [fake_result(defense=d, eta=e, privacy={"whitebox": 0.4 + (gap if d == "pct2t" else 0)})
                for d in ("t2t", "pct2t") for e in (50, 100)]
-    verdict = claims.equally_private(_groups(*results))
+    verdict = claims.equally_private(_groups(*results), **claims.PAPER_CLAIMS["equally_private"])
     assert verdict.status == status and len(verdict.differences) == 2
     assert f"±{claims.EQUIVALENCE_MARGIN:g}" in verdict.claim
 
@@ -70,14 +70,14 @@ def test_utility_claims_compare_finite_eta_only_and_non_inferiority_has_a_margin
 
 def test_reconstruction_and_pareto_claims_and_what_cannot_be_evaluated():
     rows = [_rapt(75, 0.82, reconstruction=True), _rapt(75, 0.70, reconstruction=False)]
-    assert claims.reconstruction_helps(_groups(*rows)).status == "supported"
-    assert claims.reconstruction_helps(_groups(rows[0])).status == "not evaluable"
+    assert claims.reconstruction_helps(_groups(*rows), **claims.PAPER_CLAIMS["reconstruction_helps"]).status == "supported"
+    assert claims.reconstruction_helps(_groups(rows[0]), **claims.PAPER_CLAIMS["reconstruction_helps"]).status == "not evaluable"
     rapt = fake_result(defense="rapt", eta=75, accuracy=0.8, privacy={"whitebox": 0.5})
     beaten = fake_result(defense="cape", eta=None, accuracy=0.7, privacy={"whitebox": 0.4})
     better = fake_result(defense="dpnr", eta=None, accuracy=0.9, privacy={"whitebox": 0.4})
-    assert claims.pareto_dominates(_groups(rapt, beaten)).status == "supported"
-    assert claims.pareto_dominates(_groups(rapt, beaten, better)).status == "not supported"
-    assert claims.pareto_dominates(_groups(rapt)).status == "not evaluable"
+    assert claims.pareto_dominates(_groups(rapt, beaten), **claims.PAPER_CLAIMS["pareto_dominates"]).status == "supported"
+    assert claims.pareto_dominates(_groups(rapt, beaten, better), **claims.PAPER_CLAIMS["pareto_dominates"]).status == "not supported"
+    assert claims.pareto_dominates(_groups(rapt), **claims.PAPER_CLAIMS["pareto_dominates"]).status == "not evaluable"
 
 
 def test_single_runs_with_per_record_outcomes_are_compared_paired():
@@ -91,10 +91,10 @@ def test_single_runs_with_per_record_outcomes_are_compared_paired():
     hits = [1, 0] * 50
     a = with_records(fake_result(defense="t2t", eta=50, privacy={"whitebox": 0.5}), hits)
     b = with_records(fake_result(defense="pct2t", eta=50, privacy={"whitebox": 0.5}), hits)
-    (d,) = claims.equally_private(_groups(a, b)).differences
+    (d,) = claims.equally_private(_groups(a, b), **claims.PAPER_CLAIMS["equally_private"]).differences
     assert d.method == "paired" and d.value == d.low == d.high == 0.0  # the same records, the same outcomes
     c = with_records(fake_result(defense="pct2t", eta=50, privacy={"whitebox": 0.5}), [1 - h for h in hits])
-    (d,) = claims.equally_private(_groups(a, c)).differences
+    (d,) = claims.equally_private(_groups(a, c), **claims.PAPER_CLAIMS["equally_private"]).differences
     assert d.method == "paired" and d.value == 0.0 and d.high - d.low > 0.1  # same mean, other records
 
 

@@ -95,7 +95,8 @@ def test_profile_sizes_shrink_for_small_datasets():
 
 
 def _documented_set_pairs() -> list[str]:
-    """The ``key=value`` examples of ``--set`` in the config module's docstring and the README's options table."""
+    """The ``key=value`` examples of ``--set`` in the config module's docstring and the options table of
+    ``docs/quick-start.md``."""
     import re
     from pathlib import Path
 
@@ -104,8 +105,8 @@ def _documented_set_pairs() -> list[str]:
     block = config_module.__doc__.split("``--set`` keys::", 1)[1]
     pairs = re.findall(r"^\s+(.*?)\s{2,}", block, flags=re.M)
     found = [p for line in pairs for p in re.findall(r"[\w.]+=[\w.]+", line)]
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    row = next(line for line in readme.splitlines() if line.startswith("| `--set KEY=VALUE`"))
+    options = (Path(__file__).resolve().parents[1] / "docs" / "quick-start.md").read_text(encoding="utf-8")
+    row = next(line for line in options.splitlines() if line.startswith("| `--set KEY=VALUE`"))
     found += [p for p in re.findall(r"`([\w.]+=[\w.]+)`", row) if "NAME" not in p]
     return found
 

@@ -116,10 +116,15 @@ def test_committed_leaderboard_states_its_profile_and_links_resolve():
     md = (ROOT / "leaderboard.md").read_text(encoding="utf-8")
     if "rendered" not in md:
         pytest.skip("leaderboard.md has not been generated yet")
-    # The committed leaderboard is a benchmark's: it opens with its first screen (issue 40), the headline table
-    # and then one line of provenance that names the profile.
-    title, caption, table, provenance = md.split("\n\n")[:4]
-    assert table.startswith("| defense | setting at the target") and "— profile cpu," in provenance
+    # The committed leaderboard is a benchmark's: it opens with its first screen (issue 40), the headline table of
+    # deployable choices (issue 65), and under its tables the notation line and one line of provenance that names
+    # the profile.
+    from rapt_audit.benchmark.headline import COLUMNS, NOTATION
+
+    paragraphs = md.split("\n\n")
+    title, caption, table = paragraphs[:3]
+    assert table.startswith("| " + " | ".join(COLUMNS) + " |")
+    assert NOTATION in paragraphs and "— profile cpu," in paragraphs[paragraphs.index(NOTATION) + 1]
     links = re.findall(r"\]\(([^)#]+\.html)#([^)]+)\)", md)
     assert links, "no report links"
     for path, anchor in links:

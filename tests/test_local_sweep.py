@@ -222,9 +222,10 @@ def test_time_budget_with_jobs_lets_the_running_cells_finish_and_the_same_comman
 
 
 @pytest.mark.parametrize(("budget", "started"), [(150, ["seed=0", "seed=1"]), (250, ["seed=0", "seed=1", "seed=2"])])
-def test_time_budget_with_jobs_starts_a_cell_only_while_the_longest_so_far_fits(budget, started, tmp_path):
-    """seed=0 and seed=1 start at 0 s; seed=0 is written first, at 100 s, having taken 100 s. With 150 s, the 50 s
-    left do not hold it: seed=2 stays pending, seed=1 finishes, BudgetSpent. With 250 s, 150 s do: all three run.
+def test_time_budget_with_jobs_starts_a_cell_only_while_its_estimate_fits(budget, started, tmp_path):
+    """seed=0 and seed=1 start at 0 s; seed=0 is written first, at 100 s, having taken 100 s, which is now the
+    estimate of seed=2 (the same defense and dataset). With 150 s, the 50 s left do not hold it: seed=2 stays
+    pending, seed=1 finishes, BudgetSpent. With 250 s, 150 s do: all three run.
 
     Then, resuming the 150 s sweep: the folder's cells (their own ``env.wall_time_s``) leave no room in 1 ms, so
     nothing starts; with an hour, only seed=2 runs."""
@@ -240,7 +241,7 @@ def test_time_budget_with_jobs_starts_a_cell_only_while_the_longest_so_far_fits(
         sweep.run_sweep(cells, out=out, axes=axes, log=lines.append, executor=executor, time_budget=budget,
                         clock=_clock(out))
     assert [c.name for c, _ in spent.value.results] == started and spent.value.pending == 1
-    assert "50 s left, and the longest cell so far took 100 s, so the 1 cell left was not started" in str(spent.value)
+    assert "50 s left, and the next cell is estimated at 100 s, so the 1 cell left was not started" in str(spent.value)
     assert statuses(out) == ["complete", "complete", "pending"] and not (out / "seed=2").exists()
     assert not list(out.rglob(LOCK_FILE))
     assert any("no further cell starts (1 running, 1 left for the next call)" in line for line in lines), lines

@@ -126,7 +126,7 @@ def test_time_budget_stops_between_cells_and_the_same_command_goes_on(tmp_path, 
     assert [c["status"] for c in json.loads((out / "sweep.json").read_text())["cells"]] == ["complete"] * 3
 
 
-def test_time_budget_judges_each_cell_by_the_longest_so_far(tmp_path):
+def test_time_budget_judges_each_cell_by_its_estimate_not_by_the_longest_so_far(tmp_path):
     from rapt_audit.pipeline.results import read_result
 
     now = [0.0]
@@ -143,11 +143,18 @@ def test_time_budget_judges_each_cell_by_the_longest_so_far(tmp_path):
     cells = sweep.expand(axes=axes, file=None, cli={"defense": "identity", "attacks": "random_guess",
                                                     "profile": "smoke", "dataset": "synthetic"},
                          sets=[s for s in TINY if s != "--set"], out=tmp_path / "grid")
-    # 0 runs (nothing to judge by), 1 fits (10 <= 60 left), then 30 s is the longest and 20 s are left.
+    # 0 runs (nothing to judge by), 1 fits (its estimate, the mean so far, 10 <= 55 left); then the estimate is
+    # the mean of 10 and 30, 20 <= 25 left (the longest, 30, would not have fitted), then 15 <= 20: all four run.
+    results = sweep.run_sweep(cells, out=tmp_path / "grid", axes=axes, runner=runner, time_budget=65,
+                              clock=lambda: now[0])
+    assert [cell.name for cell, _ in results] == ["seed=0", "seed=1", "seed=2", "seed=3"] and now[0] == 50.0
+    # With 10 s less, seed=2's estimate (20 s) no longer fits in the 15 s left: it and seed=3 wait.
+    now[0] = 0.0
     with pytest.raises(sweep.BudgetSpent) as spent:
-        sweep.run_sweep(cells, out=tmp_path / "grid", axes=axes, runner=runner, time_budget=60, clock=lambda: now[0])
+        sweep.run_sweep(cells, out=tmp_path / "again", axes=axes, runner=runner, time_budget=55,
+                        clock=lambda: now[0])
     assert [cell.name for cell, _ in spent.value.results] == ["seed=0", "seed=1"] and spent.value.pending == 2
-    assert now[0] == 40.0
+    assert "15 s left, and the next cell is estimated at 20 s" in str(spent.value)
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -168,35 +175,40 @@ class _Estimating(CellDriver):
         return 2
 
 
-def _driver(expected, now):
-    cells = [sweep.Cell((("seed", str(k)),), f"seed={k}", None, expected_s=e) for k, e in enumerate(expected)]
-    index = SimpleNamespace(status={c.name: "pending" for c in cells}, finished={})
-    return _Estimating(cells, index, lambda _msg: None, None, clock=lambda: now[0]), cells
+def _driver(cells, now, out=None):
+    index = SimpleNamespace(status={c.name: "pending" for c in cells}, finished={}, out=out)
+    return _Estimating(cells, index, lambda _msg: None, None, clock=lambda: now[0])
 
 
-def test_time_left_sums_the_estimates_of_what_is_left_scaled_by_how_the_finished_cells_compared():
-    """A grid whose first cells are its cheapest: the mean so far would read minutes for hours of work."""
+def _cells(tmp_path, pairs, expected=None):
+    """Sweep cells of the given (defense, dataset) pairs, each with its own folder (and caller's estimate)."""
+    from rapt_audit.pipeline.config import RunConfig
+
+    expected = expected or [None] * len(pairs)
+    return [sweep.Cell((("cell", str(k)),), f"cell={k}", RunConfig(defense=d, dataset=x, out=str(tmp_path / str(k))),
+                       expected_s=e) for k, ((d, x), e) in enumerate(zip(pairs, expected))]
+
+
+def test_time_left_sums_the_estimates_of_what_is_left_and_learns_from_each_finished_cell(tmp_path):
+    """The caller's estimates until a cell of the pair finishes; then that cell's time for its pair's others."""
     now = [0.0]
-    driver, cells = _driver([100.0, 200.0, 300.0, 400.0], now)
+    cells = _cells(tmp_path, [("identity", "sst2")] * 4, [100.0, 200.0, 300.0, 400.0])
+    driver = _driver(cells, now)
     assert driver.time_left() == 500.0  # nothing finished: the estimates as they are, over two workers
-    driver.queue.popleft()
-    driver.against_estimate.append((0.0, 400.0))  # the first took nothing against 400 s expected
-    driver.durations.append(0.0)
+    first = driver.queue.popleft()
+    driver.budget.estimator.observe(first.name, ("identity", "sst2"), 50.0)  # the first took 50 s
     driver.running[object()] = (driver.queue.popleft(), 0.0, None)
     now[0] = 40.0
-    # scale (400 + 0) / (400 + 400) = 0.5, the largest estimate (400) weighing for 1;
-    # running: 0.5 * 200 - 40 = 60 left; queued: 0.5 * (300 + 400) = 350; two workers.
-    assert driver.time_left() == 205.0
-    assert driver.counts() == "1 running, 2 queued, about 3 min left"
+    # The pair is measured now: every other cell of it is estimated at 50 s, the running one has 10 s left.
+    assert driver.time_left() == (10.0 + 50.0 + 50.0) / 2
+    assert driver.counts() == "1 running, 2 queued, about 55 s left"
     now[0] = 500.0  # a running cell past its estimate counts as about to end, never as negative time
-    assert driver.time_left() == 175.0
-    driver.against_estimate[:] = [(1.0, 7.0)] * 3  # three tiny cells that beat their estimates barely move it
-    assert driver.time_left() == pytest.approx(350.0 * 403 / 421)  # not 350 * 3 / 21 = 50
+    assert driver.time_left() == 50.0
 
 
-def test_without_estimates_time_left_is_the_mean_of_the_finished_cells_per_round():
-    driver, _ = _driver([None, None, None], [0.0])
+def test_without_estimates_time_left_waits_for_a_finished_cell(tmp_path):
+    driver = _driver(_cells(tmp_path, [("identity", "sst2")] * 3), [0.0])
     assert driver.time_left() is None and driver.counts() == "0 running, 3 queued"
-    driver.queue.popleft()
-    driver.durations.extend([10.0, 30.0])
-    assert driver.time_left() == 20.0  # two cells left, two workers: one round of the mean
+    first = driver.queue.popleft()
+    driver.budget.estimator.observe(first.name, ("identity", "sst2"), 20.0)
+    assert driver.time_left() == 20.0  # two cells left, two workers: one round of the pair's 20 s

@@ -69,6 +69,8 @@ def json_text(document: Any) -> str:
 
 
 _warned_unwritable = False  # the cache's one warning per process
+#: Called with the path of each cache entry once it is stored (the cache's ledger records what a cell adds).
+CACHE_WRITE_HOOKS: list[Callable[[Path], None]] = []
 
 
 def write_cache_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> bool:
@@ -81,6 +83,8 @@ def write_cache_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]]
     global _warned_unwritable
     try:
         write_atomic(path, write)
+        for hook in list(CACHE_WRITE_HOOKS):
+            hook(Path(path))
         return True
     except (OSError, UsageError) as exc:  # UsageError: the output rule refused the path (below a file, a device)
         if not _warned_unwritable:
@@ -156,7 +160,8 @@ def default_cache_dir() -> Path:
 
 
 #: The atomic writers live in :mod:`rapt_audit.api.atomic`; callers import them from here with the rest.
-__all__ = ["AtomicWrites", "DiskFullError", "UnwritableError", "default_cache_dir", "json_text", "package_code_digest",
+__all__ = ["AtomicWrites", "CACHE_WRITE_HOOKS", "DiskFullError", "UnwritableError", "default_cache_dir", "json_text",
+           "package_code_digest",
            "read_cache_json_gz", "remove_stray_temps", "stable_hash", "write_atomic",
            "write_bytes_atomic", "write_cache_atomic", "write_cache_json_gz", "write_json_atomic",
            "write_text_atomic"]

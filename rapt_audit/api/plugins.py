@@ -40,6 +40,7 @@ from importlib.metadata import entry_points
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from rapt_audit.api.capabilities import Capabilities, capabilities_problem, declared_capabilities
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.parsing import parse_seconds
 from rapt_audit.api.params import plugin_fields, undecorated_parameters
@@ -261,11 +262,35 @@ def plugin_problem(kind: str, obj: Any) -> str | None:
         return f"{name}.tags must be a tuple of strings, got {tags!r}"
     if kind == "attack" and (problem := threat_model_problem(obj)):
         return f"{name}.{problem}"
+    if kind == "defense" and (problem := capabilities_problem(obj)):
+        return f"{name}.{problem}"
     try:
         plugin_fields(obj)
     except Exception as exc:  # noqa: BLE001 - any annotation error makes the parameters unusable
         return f"the parameter annotations of {name} cannot be resolved: {type(exc).__name__}: {exc}"
     return None
+
+
+def capabilities_of(defense: str) -> Capabilities:
+    """What the defense registered as ``defense`` declares it can do (:mod:`~rapt_audit.api.capabilities`); the
+    defaults for a name no registered defense has (a result of a plugin not installed here)."""
+    load_builtins()
+    return declared_capabilities(DEFENSES.get(defense) if defense in DEFENSES else None)
+
+
+def reference_defense() -> str:
+    """The name of the no-privacy reference: the one registered defense whose capabilities say ``reference``.
+
+    Raises:
+        UsageError: when none or several do (the message names them and the fix).
+    """
+    load_builtins()
+    found = [name for name in DEFENSES.names() if declared_capabilities(DEFENSES.get(name)).reference]
+    if len(found) != 1:
+        raise UsageError(f"{len(found)} registered defenses declare themselves the no-privacy reference "
+                         f"(Capabilities(reference=True)){': ' + ', '.join(found) if found else ''}; exactly one "
+                         "may: remove the declaration from the plugins that are not the reference")
+    return found[0]
 
 
 def plugin_distributions() -> dict[str, str]:
@@ -321,5 +346,5 @@ def _clash(ep: Any, registry: Registry[type]) -> str:
             + (f" in {dist}'s pyproject.toml" if dist else "") + " so that both can be used")
 
 
-__all__ = ["ATTACKS", "DEFENSES", "WORST_CASE", "Installed", "PluginWarning", "installed", "load", "load_builtins", "load_for",
-           "origins", "plugin_distributions", "plugin_problem"]
+__all__ = ["ATTACKS", "DEFENSES", "WORST_CASE", "Installed", "PluginWarning", "capabilities_of", "installed", "load",
+           "load_builtins", "load_for", "origins", "plugin_distributions", "plugin_problem", "reference_defense"]

@@ -8,18 +8,16 @@ strongest), against words at the 10 %, 50 % and 90 % distance quantiles, and a n
 (x = x', claim 0). ``alpha`` is divided among the pairs (Bonferroni), so the whole audit's
 statement holds at confidence ``1 − alpha``.
 
-Audited today: ``t2t`` (token unit: the nearest-token release; word unit: the nearest whole word), ``pct2t`` and ``rapt`` (a word against
-words of its own POS category, plus the claimed support: every release stays in the input's
-category), ``embedding`` (the noisy token vector), ``snd`` (the client's clipped noisy upload;
-clipping is post-processing, so the claim is the same), and ``dpnr`` and ``cape`` (their Laplace
-step on normalised vectors, with the claim ``epsilon/sensitivity · ‖u − u'‖₁``; the trained CAPE
-projection and DPNR's word dropout before it are not audited), and every ε-parameterised word-level
-sanitizer, built in (``santext``, ``tem``, ``vickrey``, ``mahalanobis``, ``custext``) or a plugin: a defense
-with the word-mechanism audit interface of ``rapt_audit.plugin.WordMechanismDefense`` is audited without
-being listed here. The audit runs its own ``release_words`` against the claim ``ε·d(x, x')`` with the
-plugin's own groups and metric (``audit_groups``, ``audit_distance``: SanText+ pairs sensitive words;
-CusText pairs words of one customized set and claims ε for each such pair; Mahalanobis measures d_M), and
-says what it audits in the plugin's own words (``audit_description``).
+What is run of a defense is its audit protocol (:mod:`rapt_audit.audit.protocols`), which its capabilities declare
+(``Capabilities(audit=...)``) or, declaring none, the one its object supports: a word-level sanitizer's own
+``release_words`` against the claim ``ε·d(x, x')`` with its own groups and metric (``audit_groups``,
+``audit_distance``), a dχ text defense's own ``privatize`` at η on one-token words, a token-embedding defense's noisy
+vector, a client's noisy upload (clipping is post-processing, so the claim is the same), or the Laplace step on
+normalised vectors of the sentence-representation defenses, with the claim ``epsilon/sensitivity · ‖u − u'‖₁`` (the
+trained projection and word dropout before it are not audited). The built-in dχ text defenses declare the engines
+they run (the nearest-vocabulary token or whole word; a word against words of its own POS category). No defense is
+listed here by name: a third party's is audited as the built-ins are, and says what is audited in its own words
+(``audit_description``).
 
 A defense that claims a support (``claims_support()``: every release of a word of a group is a word of
 that group; PCT2T and RAPT for POS categories, CusText for its sets, SanText+ for its sensitive words) also
@@ -35,31 +33,19 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from rapt_audit.api.capabilities import LAPLACE_REPRESENTATION
 from rapt_audit.api.errors import UsageError
 from rapt_audit.api.params import get_params, make_plugin
-from rapt_audit.api.plugins import DEFENSES, load, load_builtins
+from rapt_audit.api.plugins import DEFENSES, capabilities_of, load, load_builtins
 from rapt_audit.api.version import __version__
+from rapt_audit.audit.protocols import PROTOCOLS, Protocol, claims_support, description, protocol_of
 from rapt_audit.encoder.models import model_fingerprint
 from rapt_audit.encoder.vocab import embedding_space
 from rapt_audit.mechanisms.audit import PairAudit, audit_pair, audit_support, dchi_log_ratio, minimum_samples
-from rapt_audit.mechanisms.engines import pos_groups, token_engine, whole_word_rows, word_engine
+from rapt_audit.mechanisms.engines import token_engine
 from rapt_audit.pipeline.context import RunContext, default_cache_dir
 from rapt_audit.scoring.bounds import check_alpha
 
-#: Defenses the audit runs by name, and what it audits of each. Word-level mechanisms are not listed: any
-#: defense with their audit interface is audited, and says what is audited in its ``audit_description``
-#: (:func:`audited` lists both).
-AUDITED = {"t2t": "the released token of one token (unit=token) or word of one word (unit=word)",
-           "pct2t": "the released word of one word, within its POS category",
-           "rapt": "PCT2T's released word, which RAPT uses for the text and its plain tokens",
-           "embedding": "the noisy embedding of one token",
-           "snd": "the client's upload of one token: noisy embedding, then clipping",
-           "dpnr": "the Laplace release of a normalised vector (batches of two records)",
-           "cape": "the Laplace release of a normalised vector (batches of two records)"}
-#: What is audited of a word-level mechanism that does not say (no ``audit_description``).
-WORD_RELEASE = "the released word of one word"
-#: Defenses with a stated guarantee that the audit does not cover yet.
-NOT_YET: tuple[str, ...] = ()
 #: Probe words (whole regular tokens of common English; PCT2T uses those of its selected categories).
 PROBES = ("good", "doctor", "london", "money", "she", "with", "run")
 
@@ -95,46 +81,45 @@ class AuditReport:
 
 
 def audited(*, plugins: bool = False) -> dict[str, str]:
-    """Defense name → what the audit audits of it: :data:`AUDITED`, then every registered word-level mechanism
-    (:func:`_is_word_mechanism`) with its own ``audit_description``.
+    """Defense name → what the audit audits of it, for every registered defense with an audit protocol
+    (:func:`~rapt_audit.audit.protocols.protocol_of`), in its own words (``audit_description``).
 
     Args:
         plugins: Also import installed third-party plugins (:func:`~rapt_audit.api.plugins.load`); without,
             only the built-ins are imported (``--help`` must not import, or warn about, a third-party module).
     """
     load() if plugins else load_builtins()
-    found = dict(AUDITED)
+    found = {}
     for name in DEFENSES.names():
         cls = DEFENSES.get(name)
-        if name not in found and _is_word_mechanism(cls):
-            found[name] = _word_description(cls)
+        protocol = protocol_of(name, cls)
+        if protocol is not None:
+            found[name] = description(cls, protocol)
     return found
 
 
-def _word_description(cls: Any) -> str:
-    """What is audited of the word mechanism ``cls``, in its own words (``audit_description``)."""
-    return str(getattr(cls, "audit_description", None) or WORD_RELEASE)
-
-
-def _check_defense(defense: str) -> str:
-    """What the audit audits of ``defense``.
+def _check_defense(defense: str) -> tuple[str, Protocol]:
+    """What the audit audits of ``defense``, and the protocol it audits it by.
 
     Raises:
         UsageError: for a defense the audit does not cover (the message lists those it does and says how a
-            word-level mechanism becomes auditable).
+            defense becomes auditable).
+        PluginError: for a defense that declares a protocol it does not implement.
     """
     load()
     cls = DEFENSES.get(defense)  # an unknown name: UnknownNameError with the closest names
-    if defense in AUDITED:
-        return AUDITED[defense]
-    if _is_word_mechanism(cls):
-        return _word_description(cls)
-    listed = (f"audited defenses: {', '.join(audited(plugins=True))}; a word-level mechanism is audited when it "
-              "implements release_words, audit_groups and audit_distance (subclass "
-              "rapt_audit.plugin.WordMechanismDefense)")
-    if defense in NOT_YET:
-        raise UsageError(f"defense {defense!r} states a guarantee but the audit does not cover it yet; {listed}")
-    raise UsageError(f"defense {defense!r} has no stated guarantee to audit (identity promises none); {listed}")
+    protocol = protocol_of(defense, cls)
+    if protocol is not None:
+        return description(cls, protocol), protocol
+    listed = (f"audited defenses: {', '.join(audited(plugins=True))}; a defense is audited by the protocol its "
+              "capabilities declare (rapt_audit.plugin.Capabilities(audit=...)) or, declaring none, by the one it "
+              "implements: a word-level mechanism's release_words, audit_groups and audit_distance (subclass "
+              "rapt_audit.plugin.WordMechanismDefense), a dχ text defense's privatize(texts, *, eta, rng, ctx) "
+              "(subclass rapt_audit.plugin.DchiTextDefense)")
+    declared = capabilities_of(defense)
+    why = (" (it is the no-privacy reference: it promises none)" if declared.reference else
+           " (it sends nothing)" if declared.local_only else "")
+    raise UsageError(f"defense {defense!r} has no stated guarantee to audit{why}; {listed}")
 
 
 def _nearest(vectors: np.ndarray, row: int, rows: np.ndarray) -> int:
@@ -180,20 +165,19 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
         UsageError: for a defense the audit does not cover (the message lists those it does), an
             ``eta`` of ``inf`` (no claim to audit), ``alpha`` outside (0, 1), fewer than one pair, or
             too few samples for any bound (the message says how many are needed).
+        PluginError: for a defense that declares an audit protocol it does not implement.
     """
-    audits = _check_defense(defense)
+    audits, protocol = _check_defense(defense)
     alpha = check_alpha(alpha)
     if int(pairs) < 1 or int(search) < 0:
         raise UsageError(f"--pairs must be at least 1 and --search at least 0, got {pairs} and {search}")
     plugin = make_plugin(DEFENSES, defense, dict(params or {}))
-    laplace, word_mechanism = defense in ("dpnr", "cape"), _is_word_mechanism(plugin)
-    eta = float(plugin.epsilon / plugin.sensitivity if laplace else plugin.epsilon if word_mechanism else plugin.eta)
+    eta = protocol.scale(plugin)
     if math.isinf(eta):
-        raise UsageError(f"{'epsilon' if laplace or word_mechanism else 'eta'}=inf claims no privacy, so there is "
-                         "nothing to audit; set a finite value")
+        raise UsageError(f"{protocol.parameter}=inf claims no privacy, so there is nothing to audit; set a finite value")
     started = time.perf_counter()
     ctx = RunContext(seed=seed, profile="cpu", device=device, model=model, cache_dir=default_cache_dir())
-    if laplace:
+    if protocol.sampler is None:  # the Laplace protocol: normalised vectors, not vocabulary rows
         return _audit_laplace(defense, plugin, ctx, eta, samples=int(samples), pairs=int(pairs), alpha=alpha,
                               seed=seed, model=model, started=started)
     engine = token_engine(ctx)
@@ -201,7 +185,8 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     # Pairs are drawn among words that are one token of their own: the defenses that privatize text
     # (PCT2T's word vectors, the embedding defenses' tokenizer) then release exactly the audited row.
     alone = np.array([ids == [int(i)] for ids, i in zip(engine.token_ids(list(space.tokens)), space.token_ids)])
-    candidates = _groups(defense, plugin, ctx, space)  # PCT2T's include words held as pieces (rows past the space's)
+    assert protocol.groups is not None
+    candidates = protocol.groups(plugin, ctx, space)  # PCT2T's include words held as pieces (rows past the space's)
     groups = {g: rows[rows < alone.size][alone[rows[rows < alone.size]]] for g, rows in candidates.items()}
     probes = []
     for ids in engine.token_ids(list(PROBES)):
@@ -216,21 +201,20 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
     if not probes:
         raise UsageError(f"defense {defense!r}: no word that is one token of its own is in any group it claims a "
                          "guarantee for, so there is no pair to audit")
-    sampler = _samplers(defense, plugin, engine, ctx)
+    sampler = protocol.sampler(plugin, engine, ctx)
     rng = np.random.default_rng(seed)
     report = AuditReport(defense, get_params(plugin), eta, float(alpha), int(samples), seed,
                          model_fingerprint(model, cache_dir=ctx.cache_dir),
-                         parameter="epsilon" if word_mechanism else "eta", audits=audits)
+                         parameter=protocol.claim_name(), audits=audits)
     group_of = dict(probes)
-    metric = _metric(defense, plugin, ctx, space)
+    metric = protocol.metric(plugin, ctx, space)
     chosen = [(label, row, other, group_of[row])
               for label, row, other in _pairs(space.vectors, [(row, groups[g]) for row, g in probes], space.tokens,
                                               int(pairs))]
-    vector_release = defense in ("embedding", "snd")
 
     def audit(row: int, other: int, group: str, label: str, n: int, level: float) -> PairAudit:
         distance = metric(row, other)
-        score = dchi_log_ratio(space.vectors[row], space.vectors[other]) if vector_release else None
+        score = dchi_log_ratio(space.vectors[row], space.vectors[other]) if protocol.vectors else None
         return audit_pair(sampler(row, group), sampler(other, group), claim=eta * distance, n=n, alpha=level,
                           rng=rng, label=label, distance=distance, score=score)
 
@@ -250,13 +234,12 @@ def audit_defense(defense: str, params: Mapping[str, Any] | None = None, *, samp
                        row, other, group))
     for label, row, other, group in chosen:
         report.pairs.append(audit(row, other, group, label, int(samples), alpha / len(chosen)))
-    if _claims_support(plugin):
+    if claims_support(plugin):
         # The claimed support: PCT2T's word of the input's own category; CusText's word of the input's own set;
         # SanText+'s sensitive word for a sensitive input. One release outside it disproves the claim.
-        where = "in the " if word_mechanism else "a "  # "stays in the set of 'good'", "stays a noun"
         for row, group in dict.fromkeys((row, group) for _, row, _, group in chosen):
             report.pairs.append(audit_support(sampler(row, group), candidates[group], n=int(samples), rng=rng,
-                                              label=f"support: {space.tokens[row]} stays {where}{group}"))
+                                              label=f"support: {space.tokens[row]} stays {protocol.within}{group}"))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -290,7 +273,7 @@ def _audit_laplace(defense: str, plugin: Any, ctx: RunContext, scale: float, *, 
 
     report = AuditReport(defense, get_params(plugin), scale, float(alpha), samples, seed,
                          model_fingerprint(model, cache_dir=ctx.cache_dir), parameter="epsilon/sensitivity",
-                         audits=AUDITED[defense])
+                         audits=description(plugin, PROTOCOLS[LAPLACE_REPRESENTATION]))
     rng = np.random.default_rng(seed)
     for label, u, u_other in cases:
         distance = float(np.abs(u - u_other).sum())
@@ -312,87 +295,3 @@ def _audit_laplace(defense: str, plugin: Any, ctx: RunContext, scale: float, *, 
                                        score=[likelihood, spread, co_batched]))
     report.seconds = time.perf_counter() - started
     return report
-
-
-def _groups(defense: str, plugin: Any, ctx: RunContext, space: Any) -> dict[str, np.ndarray]:
-    """Group → candidate rows: PCT2T's selected POS categories, or the whole vocabulary as one group."""
-    if defense == "t2t" and plugin.unit == "word":
-        return {"word": whole_word_rows(space)}
-    if defense in ("pct2t", "rapt"):
-        return {category: rows for category, rows in pos_groups(ctx).items() if category in plugin.categories}
-    if _is_word_mechanism(plugin):  # the plugin names its groups of words (audit_groups); here they become rows
-        row_of = _token_rows(ctx, space)
-        return {group: np.array([row_of[w] for w in members if w in row_of], dtype=np.int64)
-                for group, members in plugin.audit_groups(ctx).items()}
-    return {"vocabulary": np.arange(len(space.tokens))}
-
-
-def _samplers(defense: str, plugin: Any, engine: Any, ctx: RunContext) -> Callable[[int, str], Any]:
-    """``sampler(row, group)(n, rng)``: ``n`` releases of the vocabulary word at ``row``, by the defense's own code."""
-    space = engine.space
-
-    def t2t(row: int, group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
-        if plugin.unit == "word":  # one word, decoded among the whole-word tokens
-            return words_of(row, group, "word")
-        token_id = np.full(1, space.token_ids[row], dtype=np.int64)
-        return lambda n, rng: engine.privatize_ids(np.repeat(token_id, n), eta=plugin.eta, rng=rng)
-
-    def words_of(row: int, group: str, grouping: str) -> Callable[[int, np.random.Generator], np.ndarray]:
-        words = word_engine(ctx, grouping)
-        row_of = {word: r for r, word in enumerate(words.words)}
-
-        def sample(n: int, rng: np.random.Generator) -> np.ndarray:
-            released, _ = words.privatize_words([space.tokens[row]] * n, [group] * n, eta=plugin.eta, rng=rng)
-            return np.array([row_of.get(w, -1) for w in released], dtype=np.int64)
-
-        return sample
-
-    def embedding(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
-        text = space.tokens[row]
-        return lambda n, rng: np.concatenate(plugin.released_vectors([text] * n, rng=rng, ctx=ctx))
-
-    def snd(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
-        clean = space.vectors[row][None, :]
-        return lambda n, rng: plugin.upload(np.repeat(clean, n, axis=0), rng=rng, ctx=ctx)
-
-    def pct2t(row: int, group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
-        return words_of(row, group, "pos")
-
-    def word_mechanism(row: int, _group: str) -> Callable[[int, np.random.Generator], np.ndarray]:
-        row_of = _token_rows(ctx, space)
-
-        def sample(n: int, rng: np.random.Generator) -> np.ndarray:
-            released, _ = plugin.release_words([space.tokens[row]] * n, epsilon=plugin.epsilon, rng=rng, ctx=ctx)
-            return np.array([row_of.get(w, -1) for w in released], dtype=np.int64)
-
-        return sample
-
-    if _is_word_mechanism(plugin):
-        return word_mechanism
-    return {"t2t": t2t, "pct2t": pct2t, "rapt": pct2t, "embedding": embedding, "snd": snd}[defense]
-
-
-def _metric(defense: str, plugin: Any, ctx: RunContext, space: Any) -> Callable[[int, int], float]:
-    """``d(x, x')`` of the defense's claim for two rows of the space: Euclidean, or the word mechanisms' own."""
-    if _is_word_mechanism(plugin):  # the plugin's own metric (audit_distance): Mahalanobis, CusText's per set
-        return lambda row, other: float(plugin.audit_distance(space.tokens[row], space.tokens[other], ctx=ctx))
-    return lambda row, other: float(np.linalg.norm(space.vectors[row].astype(np.float64) - space.vectors[other]))
-
-
-def _is_word_mechanism(plugin: Any) -> bool:
-    """Whether ``plugin`` is an ε-parameterised word mechanism (SanText, CusText, TEM, Vickrey, Mahalanobis):
-    it releases words (``release_words``) and names the groups and the metric of its claim ε·d(x, x')
-    (``audit_groups``, ``audit_distance``), the audit interface of ``WordMechanismDefense``."""
-    return all(callable(getattr(plugin, name, None)) for name in ("release_words", "audit_groups", "audit_distance"))
-
-
-def _claims_support(plugin: Any) -> bool:
-    """Whether ``plugin`` claims that every release of a word of one of its groups is a word of that group: its
-    ``claims_support()`` says so (PCT2T, RAPT, CusText, SanText+). The audit then checks that support too."""
-    claims = getattr(plugin, "claims_support", None)
-    return bool(claims()) if callable(claims) else False
-
-
-def _token_rows(ctx: RunContext, space: Any) -> dict[str, int]:
-    """Token → its row of the embedding space, built once per run (every probe's sampler reads it)."""
-    return ctx.shared(("audit_token_rows", ctx.model), lambda: {token: r for r, token in enumerate(space.tokens)})

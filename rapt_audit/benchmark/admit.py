@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from rapt_audit.api.errors import DataError, ResultError, UsageError
 from rapt_audit.api.params import plugin_fields
 from rapt_audit.api.parsing import read_document
-from rapt_audit.api.plugins import DEFENSES, load
+from rapt_audit.api.plugins import DEFENSES, load, reference_defense
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.plan import BenchCell, plan_cells
 from rapt_audit.benchmark.run import COPY_FILE
@@ -295,10 +295,11 @@ def refusals(published: Published, cell: dict[str, Any], result: RunResult | Non
 
 def service_parameters() -> frozenset[str]:
     """The settings of the service's customization (``method``, ``epochs``, ``lr``, ``lr_grid``...): the parameters
-    of ``identity``, whose service is the customization alone (the parameter group every defense with a
-    ``method`` parameter extends; this layer reaches it through the registry, never by importing a defense)."""
+    of the no-privacy reference (``identity``, :func:`~rapt_audit.api.plugins.reference_defense`), whose service is
+    the customization alone (the parameter group every defense with a ``method`` parameter extends; this layer
+    reaches it through the registry, never by importing a defense)."""
     load()
-    return frozenset(plugin_fields(DEFENSES.get("identity")))
+    return frozenset(plugin_fields(DEFENSES.get(reference_defense())))
 
 
 def _protocol(published: Published, cell: dict[str, Any]) -> list[str]:

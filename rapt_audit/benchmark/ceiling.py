@@ -1,14 +1,15 @@
-"""The no-privacy check: each defense at its no-privacy setting against ``identity`` under the same protocol.
+"""The no-privacy check: each defense at its no-privacy setting against the reference under the same protocol.
 
 At η = ∞ (or ε = ∞) a mechanism adds no noise, so a defense whose service is the benchmark's service
-should land on ``identity``'s utility: the protocol is then the same for both, and a defense that
-loses utility at a finite setting loses it to its noise, not to a weaker service. A defense whose
-service is another (the sentence-representation defenses train a head on what they release; SnD's
-client classifies its denoised embedding; RAPT's service adds plain tokens and a reconstruction head)
-has a ceiling of its own: the check then says so instead of passing or failing it. Anything else
-outside ``identity``'s interval is a finding to investigate, and the report says that too.
+should land on the no-privacy reference's utility (``identity``, :func:`~rapt_audit.api.plugins.reference_defense`):
+the protocol is then the same for both, and a defense that loses utility at a finite setting loses it to its noise,
+not to a weaker service. A defense whose service is another has a ceiling of its own: one that declares so (its
+capabilities' ``own_service``: SnD's client classifies its denoised embedding; RAPT's service adds plain tokens and
+a reconstruction head), or one without the service's ``method`` (the sentence-representation defenses train a head
+on what they release). The check then says so instead of passing or failing it. Anything else outside the
+reference's interval is a finding to investigate, and the report says that too.
 
-The test: the no-privacy row's mean (seeds combined) lies inside ``identity``'s 95 % interval.
+The test: the no-privacy row's mean (seeds combined) lies inside the reference's 95 % interval.
 """
 
 from __future__ import annotations
@@ -17,21 +18,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from rapt_audit.api.plugins import capabilities_of, reference_defense
 from rapt_audit.api.types import Estimate
-from rapt_audit.benchmark.matched import REFERENCE, Matched
+from rapt_audit.benchmark.matched import Matched
 from rapt_audit.reporting.summary import PRIVACY_PARAMS, Row
 
 #: How a privacy parameter is written: η, ε (as the summary's labels write it).
 SYMBOLS = dict(PRIVACY_PARAMS)
 
-#: Why a defense's service differs from the benchmark's (prompt tuning of the encoder on the release).
-OWN_SERVICE = {
-    "rapt": "RAPT's service adds the user's plain tokens and a reconstruction head to prompt tuning (the paper's "
-            "design), so its ceiling is its own",
-    "snd": "SnD's utility is the client's: it classifies its denoised embedding with its own classifier (the "
-           "paper's protocol), not the service's prompt-tuned encoder",
-}
-#: Why for a defense with no ``method`` parameter: it releases a sentence representation.
+#: Why a defense's service differs from the benchmark's when it has no ``method`` parameter and declares no reason of
+#: its own (its capabilities' ``own_service``): it releases a sentence representation.
 HEAD_SERVICE = ("the service trains a classifier head on the released sentence representation (the paper's "
                 "protocol); the encoder is not customized, so its ceiling is its own")
 
@@ -55,15 +51,16 @@ class CeilingCheck:
     reason: str = ""
 
     def text(self, ceiling: Estimate) -> str:
-        """``within identity's interval`` or ``0.031 below identity's interval: reason``."""
+        """``within identity's interval`` or ``0.031 below identity's interval: reason`` (the reference's name)."""
         if self.utility is None:
             return f"not measured ({self.reason})"
+        interval = f"{reference_defense()}'s interval"
         if self.verdict == "within":
-            return "within identity's interval" + (f" ({self.reason})" if self.reason else "")
+            return f"within {interval}" + (f" ({self.reason})" if self.reason else "")
         gap = (ceiling.ci_low - self.utility.value if self.utility.value < ceiling.ci_low
                else self.utility.value - ceiling.ci_high)
         side = "below" if self.utility.value < ceiling.ci_low else "above"
-        return f"{gap:.3f} {side} identity's interval: {self.reason}"
+        return f"{gap:.3f} {side} {interval}: {self.reason}"
 
 
 def _infinite(value: Any) -> bool:
@@ -84,14 +81,14 @@ def no_privacy_checks(table: Matched, index: dict[str, Any],
     if table.ceiling is None or table.utility is None:
         return []
     rows: Sequence[Row] = table.group.rows
-    checks = []
+    reference, checks = reference_defense(), []
     for defense, spec in index.get("defenses", {}).items():
         axes = [k for k, values in spec.get("grid", {}).items() if any(_infinite(v) for v in values)]
-        if defense == REFERENCE or not axes:
+        if defense == reference or not axes:
             continue
         setting = ", ".join(f"{SYMBOLS.get(k, k)}=∞" for k in axes)  # as the tables label settings (η=∞)
         row = next((r for r in rows if r.defense == defense and r.no_privacy), None)
-        expected = OWN_SERVICE.get(defense) or ("" if "method" in (row.params if row else spec.get("service", {}))
+        expected = capabilities_of(defense).own_service or ("" if "method" in (row.params if row else spec.get("service", {}))
                                                 else HEAD_SERVICE)
         if row is None or table.utility not in row.utility:
             dataset = table.group.first.dataset.get("name")
@@ -104,10 +101,10 @@ def no_privacy_checks(table: Matched, index: dict[str, Any],
             continue
         est = row.utility[table.utility]
         inside = table.ceiling.ci_low <= est.value <= table.ceiling.ci_high
-        reason = expected or ("" if inside else "the same service as identity, so this gap is unexplained: a "
+        reason = expected or ("" if inside else f"the same service as {reference}, so this gap is unexplained: a "
                                                 "finding to investigate before reading this defense's frontier")
         checks.append(CeilingCheck(defense, setting, est, "within" if inside else "outside", reason))
     return checks
 
 
-__all__ = ["CeilingCheck", "HEAD_SERVICE", "OWN_SERVICE", "no_privacy_checks"]
+__all__ = ["CeilingCheck", "HEAD_SERVICE", "no_privacy_checks"]

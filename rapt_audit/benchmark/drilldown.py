@@ -58,7 +58,9 @@ def heatmap(table: Matched, fraction: float, attacks: list[str], *, stem: str) -
     defenses, grid = cells(table, fraction, attacks)
     title = f"privacy at {100 * fraction:.0f} % of the ceiling, defense × attack"
     caption = (f"Each defense's privacy (higher = more private) under each attack at {100 * fraction:.0f} % of the "
-               f"no-privacy utility ({table.utility} ≥ {table.targets[fraction].value:.3f}), read on its frontier; "
+               f"no-privacy utility ({table.utility} ≥ {table.targets[fraction].value:.3f}), read on its frontier at "
+               "the target (interpolated between the settings that bracket it: the defense's reading, not one "
+               "setting's); "
                "≥: a lower bound (the defense's grid stops before the target); hatched: the attack cannot read what "
                "the defense releases; grey: pending or not run; dotted: the defense does not reach the target. "
                f"{REFERENCE}: its own privacy, for reference.")

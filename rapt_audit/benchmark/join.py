@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rapt_audit.api.errors import ResultError
-from rapt_audit.api.plugins import WORST_CASE
+from rapt_audit.api.plugins import WORST_CASE, reference_defense
 from rapt_audit.api.types import Outcome, Skip
 from rapt_audit.benchmark.plan import not_applicable_reason
 from rapt_audit.benchmark.run import read_index
@@ -99,10 +99,12 @@ def protocol_label(index: dict[str, Any], found: dict[str, RunResult]) -> str:
     (method, virtual tokens or LoRA rank, maximum epochs, the learning-rate grid, the share of the
     privatized training data held out to choose the epoch and rate, then ``/bias`` where the decision rule
     was set on that validation split too, :mod:`rapt_audit.utility.decision`); the file's ``[service]`` keys when
-    no ``identity`` task cell has finished (or it used the probe, which trains nothing to describe)."""
+    no task cell of the reference (:func:`~rapt_audit.api.plugins.reference_defense`) has finished (or it used the
+    probe, which trains nothing to describe)."""
+    ceiling_defense = reference_defense()
     for cell in index["cells"]:
         result = found.get(cell["name"])
-        if cell["defense"] != "identity" or cell["dataset"] not in index["tasks"] or result is None:
+        if cell["defense"] != ceiling_defense or cell["dataset"] not in index["tasks"] or result is None:
             continue
         record = result.defense.get("release_meta", {}).get("customization") or {}
         settings, selection = record.get("settings") or {}, record.get("selection") or {}

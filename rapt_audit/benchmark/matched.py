@@ -48,6 +48,7 @@ from rapt_audit.reporting.figures import pareto_points, pick_utility
 from rapt_audit.reporting.pareto import Point, pareto_front
 from rapt_audit.reporting.summary import Group, Row, is_local_baseline
 from rapt_audit.scoring.metrics import declared
+from rapt_audit.scoring.significance import redraw
 
 FRACTIONS = (0.90, 0.95)
 RESAMPLES = 1000
@@ -92,15 +93,10 @@ def at_utility(points: Sequence[Point], target: float) -> tuple[float | None, st
 
 
 def _draws(est: Estimate, seeds: int, rng: np.random.Generator, size: int, metric: str) -> np.ndarray:
-    """Resamples of an estimate: a t over seeds (the t-interval's scale), or a normal for one seed; a metric
-    declared bounded (accuracy, 1 − attack success) stays in [0, 1], as its intervals do."""
-    half = (est.ci_high - est.ci_low) / 2.0
-    if seeds > 1:
-        from scipy import stats as sps  # lazy (scipy)
-
-        drawn = est.value + half / float(sps.t.ppf(0.975, seeds - 1)) * rng.standard_t(seeds - 1, size)
-    else:
-        drawn = est.value + half / 1.959964 * rng.standard_normal(size)
+    """Resamples of an estimate (:func:`rapt_audit.scoring.significance.redraw`: a t over seeds, the t-interval's
+    scale, or a normal for one seed); a metric declared bounded (accuracy, 1 − attack success) stays in [0, 1], as
+    its intervals do."""
+    drawn = redraw(est, seeds, rng, size)
     found = declared(metric)
     return np.clip(drawn, 0.0, 1.0) if found is not None and found.bounded else drawn
 

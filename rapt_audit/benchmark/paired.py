@@ -25,14 +25,16 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from rapt_audit.api.plugins import reference_defense
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.paired_rows import privacy_measures, utility_measures
 from rapt_audit.scoring.hierarchical import (LOWER_BOUND, MEASURED, NOT_REACHED, Measure, Ranking, Resampler,
                                              interval, interval_with_seeds, rank, read_frontier)
 from rapt_audit.reporting.summary import Group, Row, is_local_baseline
 
-#: The defense whose utility is the ceiling, and which is shown for reference, never named best.
-REFERENCE = "identity"
+#: The defense whose utility is the ceiling, and which is shown for reference, never named best: the one whose
+#: capabilities say so (:func:`~rapt_audit.api.plugins.reference_defense`), read once, when this module is imported.
+REFERENCE = reference_defense()
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ class _Defense:
 class Margin:
     """A setting's utility over sending nothing: ``margin`` (its utility minus the best local-only baseline's,
     paired) and ``share`` (of the service's gain over that baseline it keeps; None when the service gains
-    nothing)."""
+    nothing; the raw ratio, above one for a setting whose utility exceeds the reference's: the report shows it
+    bounded, :func:`rapt_audit.benchmark.render._share_cell`)."""
 
     row: Row
     margin: Estimate

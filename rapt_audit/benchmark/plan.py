@@ -10,29 +10,27 @@ different run.
 Cost: a cell already finished by the code here costs nothing (it is reused) and says what it took
 (``env.wall_time_s``); a *stale* cell, one that other code measured (issue #62: a digest per component,
 :mod:`rapt_audit.api.components`), is to run, and costs what its stale stages took (the stages whose
-digests still match are reused); a pending cell is estimated from the finished cells of the same defense on
-the same dataset, else from the per-profile table ``costs.toml`` next to this module.
+digests still match are reused); a pending cell is estimated by the one estimator
+(:mod:`rapt_audit.pipeline.estimates`, issue #65) from the finished cells of the same defense on the same
+dataset, else from ``costs.toml`` for the benchmark's service (:mod:`~rapt_audit.benchmark.costs`), else from
+what the other defenses cost on that dataset, each estimate saying which (:func:`bench_evidence`).
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser from PyPI
-    import tomli as tomllib
-
 from rapt_audit.api.errors import ResultError
+from rapt_audit.api.params import plugin_fields
 from rapt_audit.api.plugins import ATTACKS, DEFENSES
+from rapt_audit.benchmark.costs import read_costs
 from rapt_audit.benchmark.spec import Benchmark
-from rapt_audit.pipeline.cell_driver import duration
 from rapt_audit.pipeline.cell_limit import count_cells as count_product
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.contracts import unreadable_release
+from rapt_audit.pipeline.estimates import Estimator, Evidence, duration
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, read_result, why_unreadable
 from rapt_audit.pipeline.stage_reuse import cell_code, stored_stages
 from rapt_audit.pipeline.sweep import Cell, cell_name
@@ -40,7 +38,6 @@ from rapt_audit.pipeline.time_budget import cell_seconds
 
 #: The attack a task-only cell runs: a run needs one, and the attacker's prior costs nothing.
 PLACEHOLDER_ATTACK = "random_guess"
-COSTS_FILE = Path(__file__).with_name("costs.toml")
 
 
 @dataclass(frozen=True)
@@ -143,8 +140,9 @@ def not_applicable_reason(defense: str, attack: str) -> str | None:
     return unreadable_release(ATTACKS.get(attack).requires, DEFENSES.get(defense).exposes, defense)
 
 
-def finished(cell: BenchCell) -> RunResult | None:
-    """The cell's result when its folder holds this exact run (a broken or other run counts as not finished).
+def recorded(cell: BenchCell) -> RunResult | None:
+    """The cell's stored result when its folder holds this exact run, with failed attacks or not (what the cell took
+    is recorded either way); a broken or other run counts as none.
 
     Raises:
         ResultError: for a ``result.json`` that is a loop of links, a link to nothing or not a file, naming it
@@ -159,24 +157,30 @@ def finished(cell: BenchCell) -> RunResult | None:
         result = read_result(path)
     except ResultError:
         return None
-    return result if cell.cell.config.matches(result.config) and not result.failed else None
+    return result if cell.cell.config.matches(result.config) else None
 
 
-def profile_costs(profile: str) -> dict[str, float]:
-    """Seconds per cell for ``profile``, from ``costs.toml``: by ``defense.dataset``, by defense, and ``default``."""
-    table = tomllib.loads(COSTS_FILE.read_text(encoding="utf-8"))
-    return {k: float(v) for k, v in table.get(profile, {}).items()}
+def finished(cell: BenchCell) -> RunResult | None:
+    """The cell's result when its folder holds this exact run with no failed attack (else it is still to run).
+
+    Raises:
+        ResultError: as :func:`recorded`.
+    """
+    result = recorded(cell)
+    return result if result is not None and not result.failed else None
 
 
 @dataclass(frozen=True)
 class CellCost:
-    """What a cell costs: ``seconds`` (0 when finished), where the figure comes from, and for a ``stale`` cell
-    (one other code measured) its stale components (:func:`stale_components`)."""
+    """What a cell costs: ``status`` (``complete``, ``stale`` or ``pending``), ``seconds`` (0 when complete), where
+    the figure comes from, its kind of evidence (``basis``: :class:`~rapt_audit.pipeline.estimates.Estimate`'s, or
+    ``reused``), and for a ``stale`` cell (one other code measured) its stale components (:func:`stale_components`)."""
 
     status: str
     seconds: float
     source: str
     stale: tuple[str, ...] = ()
+    basis: str = "reused"
 
 
 def stale_components(cell: BenchCell, result: RunResult) -> tuple[str, ...]:
@@ -188,44 +192,80 @@ def stale_components(cell: BenchCell, result: RunResult) -> tuple[str, ...]:
     return tuple(f"defense:{cell.defense}" if name == "defense" else name for name in stale)
 
 
-def estimate_costs(cells: Sequence[BenchCell], profile: str) -> list[CellCost]:
-    """Each cell's cost: finished cells are reused (their ``env.wall_time_s`` shown), others estimated."""
-    results = [finished(c) for c in cells]
-    similar: dict[tuple[str, str], list[float]] = {}
-    for cell, result in zip(cells, results):
-        if result is not None and isinstance(result.env.get("wall_time_s"), (int, float)):  # the whole cell's cost
-            similar.setdefault((cell.defense, cell.dataset), []).append(cell_seconds(result))
-    table = profile_costs(profile)
-    costs = []
-    for cell, result in zip(cells, results):
-        if result is not None:
-            wall = result.env.get("wall_time_s")
-            reused = stored_stages(result, cell_code(cell.cell.config))
-            if not reused.stale:
-                costs.append(CellCost("complete", 0.0, f"reused (took {wall} s)"))
-                continue
+def _method(bench: Benchmark, defense: str) -> str | None:
+    """The ``method`` a defense's cells of ``bench`` customize their service with (``None``: it takes none, or its
+    table varies it), for a defense of the file or any other one the figures compare it with."""
+    grid = next((d for d in bench.defenses if d.name == defense), None)
+    if grid is None:  # another defense: the file's [service] method, where it takes one
+        takes = defense in DEFENSES and "method" in plugin_fields(DEFENSES.get(defense))
+        settings = dict(bench.service) if takes else {}
+    else:
+        settings = {} if any(k == "method" for k, _ in grid.grid) else {**dict(grid.service), **dict(grid.fixed)}
+    return None if settings.get("method") is None else str(settings["method"])
+
+
+def bench_evidence(bench: Benchmark, cells: Sequence[BenchCell], *, stored: dict[str, RunResult] | None = None,
+                   indexed: Sequence[BenchCell] = (),
+                   published: Iterable[tuple[str, str, str, RunResult]] = ()) -> Evidence:
+    """What the estimator starts from for ``cells`` of ``bench``: ``costs.toml``'s figures for the benchmark's
+    service model and each defense's method (:mod:`~rapt_audit.benchmark.costs`; those of every defense it has
+    figures for, to compare a defense without one with), what every cell with a result took (``cells``, whose
+    results ``stored`` may hold already read, and the file's other cells ``indexed``; ``published``: ``(name,
+    defense, dataset, result)`` of a published benchmark's cells not copied here yet), each stale cell's stale
+    stages, and the profile's flat guess."""
+    stored = stored if stored is not None else _stored(cells)
+    costs = read_costs(bench.profile)
+    model = bench.service_model or bench.model
+    names = sorted({d.name for d in bench.defenses} | costs.defenses())
+    figures = tuple(f for d in names for x in bench.all_datasets
+                    if (f := costs.figure(d, x, model=model, method=_method(bench, d))) is not None)
+    # The published cells' results are in memory already: read no copy of them again.
+    measured = {name: (name, defense, dataset, cell_seconds(result)) for name, defense, dataset, result in published}
+    fixed = {}
+    for cell in list(cells) + [c for c in indexed if c.name not in stored and c.name not in measured]:
+        if (result := stored.get(cell.name) or recorded(cell)) is not None:
+            measured[cell.name] = (cell.name, cell.defense, cell.dataset, cell_seconds(result))
+    for cell in cells:
+        result = stored.get(cell.name)
+        reused = None if result is None or result.failed else stored_stages(result, cell_code(cell.cell.config))
+        if reused is not None and reused.stale:
             # Only the stale stages run again: what the whole cell took, less the stored seconds of what it keeps.
             left = max(cell_seconds(result) - sum(reused.timings.values()), 0.0)
-            stale = stale_components(cell, result)
-            costs.append(CellCost("stale", left, f"stale ({'; '.join(stale)}): those stages run again, "
-                                                 f"about {duration(left)} of the {wall} s it took", stale))
-            continue
-        seen = similar.get((cell.defense, cell.dataset))
-        if seen:
-            costs.append(CellCost("pending", sum(seen) / len(seen),
-                                  f"mean of {len(seen)} finished {cell.defense} cell(s) on {cell.dataset}"))
+            fixed[cell.name] = (left, f"stale ({'; '.join(stale_components(cell, result))}): those stages run again, "
+                                      f"about {duration(left)} of the {result.env.get('wall_time_s')} s it took")
+    kinds = {d: ",".join(sorted(DEFENSES.get(d).exposes)) or "nothing" for d in names if d in DEFENSES}
+    guess = None if costs.default is None else (
+        costs.default, f"costs.toml's {bench.profile}-profile default, a flat guess (time one cell of it first with "
+                       "--cell: the estimates learn from it)")
+    return Evidence(figures=figures, measured=tuple(measured.values()), fixed=fixed, kinds=kinds, guess=guess,
+                    no_figure=f"costs.toml has no {bench.profile}-profile figure for {{defense}} on {{dataset}} "
+                              f"(service {costs.model_key(model)})")
+
+
+def _stored(cells: Sequence[BenchCell]) -> dict[str, RunResult]:
+    """Each cell's :func:`recorded` result, by cell name, read once."""
+    return {c.name: r for c in cells if (r := recorded(c)) is not None}
+
+
+def estimate_costs(cells: Sequence[BenchCell], bench: Benchmark, *, indexed: Sequence[BenchCell] = (),
+                   published: Iterable[tuple[str, str, str, RunResult]] = ()) -> tuple[list[CellCost], Evidence]:
+    """Each cell's cost, from the one estimator (:class:`~rapt_audit.pipeline.estimates.Estimator`) on
+    :func:`bench_evidence` (also returned: a run stores it for its loops): a finished cell is reused (what it took
+    shown), a stale one costs its stale stages, a pending one its estimate, each saying where it comes from."""
+    stored = _stored(cells)
+    evidence = bench_evidence(bench, cells, stored=stored, indexed=indexed, published=published)
+    estimator = Estimator(evidence)
+    costs = []
+    for cell in cells:
+        estimate, result = estimator.estimate(cell.cell), stored.get(cell.name)
+        if estimate.basis == "fixed":
+            costs.append(CellCost("stale", float(estimate.seconds or 0.0), estimate.source,
+                                  stale_components(cell, result), "fixed"))
+        elif result is not None and not result.failed:
+            costs.append(CellCost("complete", 0.0, f"reused (took {result.env.get('wall_time_s')} s)"))
         else:
-            # The attack families cost differently (a task cell trains the service, an attribute or NER cell
-            # does not): a figure for the defense on this dataset wins over the defense's, then the default.
-            key = next((k for k in (f"{cell.defense}.{cell.dataset}", cell.defense) if k in table), "default")
-            seconds = table.get(key, 60.0)
-            if key == "default":  # a plugin's (or an unlisted) defense: a guess, and the listing must say so
-                source = (f"costs.toml has no {profile}-profile figure for {cell.defense}: its default, a guess "
-                          "(time one cell first with --cell)")
-            else:
-                source = f"{profile}-profile estimate for {key} (costs.toml)"
-            costs.append(CellCost("pending", seconds, source))
-    return costs
+            costs.append(CellCost("pending", float(estimate.seconds or 0.0), estimate.source, (), estimate.basis))
+    return costs, evidence
 
 
 def stale_summary(stale: Iterable[Sequence[str]]) -> str:
@@ -238,37 +278,6 @@ def stale_summary(stale: Iterable[Sequence[str]]) -> str:
     return ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
-def dry_run_text(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, jobs: int = 1,
-                 problems: Sequence[str] = (), notes: Sequence[str] = ()) -> str:
-    """The dry run's listing: the benchmark, every cell with its status and estimated cost, the total, then
-    ``notes`` (what the run would say here) and ``problems`` (what stops it)."""
-    costs = estimate_costs(cells, bench.profile)
-    lines = [f"benchmark {bench.name} ({bench.path}, sha256 {bench.sha256[:12]}): profile {bench.profile}, "
-             f"model {bench.model}, seeds {', '.join(map(str, bench.seeds))}, service {bench.service_text}",
-             "datasets: " + "; ".join([f"utility {', '.join(bench.tasks)}"] +
-                                      [f"{f} {d} ({', '.join(bench.family_attacks.get(f, ())) or 'no attack'})"
-                                       for f, d in bench.datasets.items()])]
-    lines += [f"not run: {f} attacks ({', '.join(a)}): [datasets] names no {f} dataset"
-              for f, a in bench.not_run.items()]
-    width = max((len(c.name) for c in cells), default=4)
-    lines += [f"{len(cells)} cells in {out}:", f"  {'cell':<{width}}  {'status':<8}  {'cost':>7}  estimated from"]
-    for cell, cost in zip(cells, costs):
-        lines.append(f"  {cell.name:<{width}}  {cost.status:<8}  {duration(cost.seconds):>7}  {cost.source}")
-    todo = [c for c in costs if c.status in ("pending", "stale")]
-    total = sum(c.seconds for c in todo)
-    share = f"; with --jobs {jobs}, about {duration(total / jobs)}" if jobs > 1 else ""
-    stale = [c for c in costs if c.status == "stale"]
-    lines.append(f"total: {len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run "
-                 f"({len(stale)} of them stale: other code measured them), about "
-                 f"{duration(total)} one after another{share}")
-    if stale:
-        lines.append("stale by component: " + stale_summary(c.stale for c in stale))
-    lines += [f"note: {n}" for n in notes] + [f"problem: {p}" for p in problems]
-    lines.append("dry run: nothing was run or written" + (" (fix the problems above first)" if problems else
-                                                           " (drop --dry-run to run it)"))
-    return "\n".join(lines)
-
-
-__all__ = ["BenchCell", "COSTS_FILE", "CellCost", "PLACEHOLDER_ATTACK", "count_cells", "datasets_of", "dry_run_text",
-           "estimate_costs", "finished", "not_applicable_reason", "plan_cells", "profile_costs", "stale_components",
+__all__ = ["BenchCell", "CellCost", "PLACEHOLDER_ATTACK", "bench_evidence", "count_cells", "datasets_of",
+           "estimate_costs", "finished", "not_applicable_reason", "plan_cells", "recorded", "stale_components",
            "stale_summary"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -20,8 +21,9 @@ from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.plugins import ATTACKS, WORST_CASE, load as load_plugins
 from rapt_audit.api.types import Estimate
 from rapt_audit.benchmark.ceiling import no_privacy_checks
+from rapt_audit.benchmark.claims import CLAIMS_FILE, claims_markdown
 from rapt_audit.benchmark.drilldown import heatmap
-from rapt_audit.benchmark.headline import headline_html, headline_markdown
+from rapt_audit.benchmark.headline import headline_html, headline_markdown, reading_cell
 from rapt_audit.benchmark.join import Joined, join
 from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
 from rapt_audit.benchmark.paired import Margin
@@ -29,12 +31,14 @@ from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
 from rapt_audit.benchmark.status import code_summary, fresh_counts
 from rapt_audit.pipeline.results import RESULT_FILE, signature_fields
 from rapt_audit.pipeline.sweep import SWEEP_INDEX
-from rapt_audit.reporting.claims import evaluate, format_markdown
 from rapt_audit.reporting.overview_figures import headline_figure, small_multiples_figure
 from rapt_audit.reporting.leaderboard import git_states, render_leaderboard
 from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.report import write_report
+from rapt_audit.reporting.group_tables import attack_column
 from rapt_audit.reporting.summary import fmt_estimate, group_results, is_local_baseline
+from rapt_audit.reporting.table import Cell, Column, Foreign, Line, Table, Tag, measure, table as make_table
+from rapt_audit.reporting.table_render import to_html, to_markdown
 
 e = html.escape
 
@@ -71,7 +75,10 @@ LOCAL_NOTE = ("Against sending nothing: the local-only baselines classify on the
               "and its own labelled data, releasing nothing (defenses/local.py). Each setting's utility minus the best "
               "of them (the best client in each resample, which favours the baseline), paired over seeds and records, "
               "and the share of the service's gain over that baseline (identity's utility minus it) the setting keeps "
-              "(none where it falls below the baseline, only its upper bound where that is not established).")
+              "(none where it falls below the baseline, only its upper bound where that is not established). A share "
+              "is at most the whole gain by its meaning: a setting whose utility lies above the reference's "
+              f"({REFERENCE}'s, by chance or by noise that regularizes the service) keeps all of it, shown "
+              "'≥ 1 (above the reference)', and an interval's end above one is shown '≥ 1'.")
 LOCAL_HEAD = ("defense", "setting", "utility", "over the best local-only baseline", "share of the service's gain kept",
               "verdict")
 
@@ -91,28 +98,33 @@ def _share_cell(margin: Margin) -> str:
     """The share of the service's gain a setting keeps; "none" below sending nothing, where the ratio only grows
     without bound as the gain shrinks (−10.3 for DPNR at ε = 1 on sst2-paper) and reads as no share at all.
     Where the margin is not established either way only the upper bound is shown: the lower end of that ratio
-    is as unbounded (RAPT η = 75 on sst2-cpu read −0.688 [−2.769, 0.054]), while "at most 0.054" is what it says."""
+    is as unbounded (RAPT η = 75 on sst2-cpu read −0.688 [−2.769, 0.054]), while "at most 0.054" is what it says.
+    A share is bounded by its meaning, at most the whole gain: a setting above the reference's utility has a ratio
+    over one (issue #65: "at most 1.200" for a plugin's p = 0.1), shown "≥ 1", never as a share above one; a shown
+    value is compared, so the reference's own 1 (a ratio with rounding error) reads 1.000."""
     if margin.share is None:
         return "no gain to keep"
     if margin.verdict == "below sending nothing":
         return "none (below the baseline)"
+    share = margin.share
     if margin.verdict == "not established":
-        return f"at most {max(margin.share.ci_high, 0.0):.3f} (not established)"
-    return fmt_estimate(margin.share)
+        if _above_one(share.ci_high):
+            return "not established (anywhere from none to ≥ 1)"
+        return f"at most {max(share.ci_high, 0.0):.3f} (not established)"
+    if _above_one(share.ci_low):
+        return "≥ 1 (above the reference)"  # the whole interval: no end left to show
+    value = "≥ 1 (above the reference)" if _above_one(share.value) else _bounded(share.value)
+    return f"{value} [{_bounded(share.ci_low)}, {_bounded(share.ci_high)}]"
 
 
-#: A reading says in how many resamples its target was reached only below this share: above it the note was noise
-#: on most cells of the headline (89 notes on the CPU benchmark's leaderboard, 75 of them at 95 % or more).
-REACHED_SHOWN_BELOW = 0.95
+def _above_one(value: float) -> bool:
+    """Whether a share reads above one as shown (three decimals)."""
+    return round(value, 3) > 1.0
 
 
-def _reading_text(reading: Reading) -> str:
-    if reading.value is None:  # not measured, not reached, not bracketed
-        return reading.kind
-    text = ("≥ " if reading.kind == "lower bound" else "") + fmt_estimate(reading.value)
-    if reading.reached < REACHED_SHOWN_BELOW:
-        text += f" (reached in {100 * reading.reached:.0f} % of resamples)"
-    return text
+def _bounded(value: float) -> str:
+    """A share or an end of its interval, inside its meaning's [0, 1]: "≥ 1" above it."""
+    return "≥ 1" if _above_one(value) else f"{max(value, 0.0):.3f}"
 
 
 def _roles(index: dict[str, Any], escape: Callable[[str], str] = str) -> str:
@@ -155,12 +167,18 @@ def _provenance(cells: Sequence[Any]) -> str:
     cells signed with one digest of the whole package are one component, ``all``), the git states the cells ran
     from (a modified tree says ``-dirty``; a grid run in slices over several sessions lists many), the platforms
     and threads, and the sum of the cells' wall times."""
-    shas = sorted({str(r.env.get("git_sha") or "not a git checkout") for r in cells})
     platforms = sorted({f"{r.env.get('platform', '?')}, {r.env.get('device', '?')}, "
                         f"{r.env.get('threads', '?')} thread(s) per cell" for r in cells})
     seconds = sum(float(r.env.get("wall_time_s") or 0.0) for r in cells)
-    return (f"{code_summary(cells)}; from git {git_states(shas)}; on {'; '.join(platforms)}; {seconds / 3600:.2f} h "
-            "of cell time in all (cells side by side with --jobs overlap, so the elapsed time is shorter)")
+    return (f"{code_summary(cells)}; from git {git_states(cell_shas(cells))}; on {'; '.join(platforms)}; "
+            f"{seconds / 3600:.2f} h of cell time in all (cells side by side with --jobs overlap, so the elapsed "
+            "time is shorter)")
+
+
+def cell_shas(cells: Sequence[Any]) -> list[str]:
+    """The git states a benchmark's cells ran from: the one list its leaderboard's header and its "ran" line both
+    name (a joined row records its task cell's only, so the rows' would miss a state that ran only attack cells)."""
+    return [str(r.env.get("git_sha") or "not a git checkout") for r in cells]
 
 
 def _is_sanity(attack: str) -> bool:
@@ -179,9 +197,8 @@ def first_line(index: dict[str, Any], joined: Joined, escape: Callable[[str], st
     return (f"{escape(str(index['name']))} — profile {index['profile']}, {_roles(index, escape)}, seeds {seeds}, "
             f"{len(joined.cells)} of "
             f"{len(index['cells'])} cells, code {', '.join(codes) or 'unknown'} ({fresh} fresh, {stale} stale against "
-            "the code that rendered this). Worst-case "
-            "privacy is the strongest inversion attack that reads the release; the method, the per-attack tables, "
-            "signatures and full provenance are below.")
+            "the code that rendered this). The method, "
+            "the per-attack tables, signatures and full provenance are below.")
 
 
 def _attacks(table: Matched) -> list[str]:
@@ -199,6 +216,48 @@ def sanity_lines(table: Matched) -> list[str]:
     return lines
 
 
+#: The row under each matched table that states its resolution (issue #38 item 5).
+DETECTABLE = "detectable difference (80 % power)"
+
+
+@dataclass(frozen=True)
+class TaskTables:
+    """One task's tables, built once for the report and the leaderboard: the no-privacy checks, the comparison with
+    sending nothing, and privacy at matched utility at each target (one table per target)."""
+
+    checks: Table | None
+    local: Table | None
+    at: tuple[Table, ...]
+
+
+def task_tables(index: dict[str, Any], joined: Joined, table: Matched) -> TaskTables:
+    """The tables of one task whose ceiling was read (:class:`TaskTables`)."""
+    assert table.ceiling is not None  # the callers say "Not read" instead
+    checks = no_privacy_checks(table, index, joined.pending)
+    check_table = make_table(
+        [Column("defense", foreign=True), Column("setting", foreign=True), measure(Foreign(str(table.utility))),
+         Column(f"against {REFERENCE}", foreign=True)],
+        [Line((Cell(c.defense), Cell(c.setting), Cell(c.utility if c.utility is not None else "–"),
+               Cell(c.text(table.ceiling))))
+         for c in checks]) if checks else None
+    against = local_rows(table)
+    local_table = make_table(
+        [Column(h, foreign=i < 2, numeric=1 < i < 5) for i, h in enumerate(LOCAL_HEAD)],
+        [Line(tuple(map(Cell, r))) for r in against]) if against else None
+    attacks = _attacks(table)
+    at = []
+    for f in FRACTIONS:
+        lines = [Line((Cell(Foreign(r.defense), tags=(Tag("reference"),) if r.defense == REFERENCE else ()),
+                       *(reading_cell(_find(table, a, f, r.defense)) for a in attacks)))
+                 for r in (table.readings[attacks[0]][f] if attacks else [])]
+        lines += [Line((Cell("best", strong=True), *(Cell(Foreign(table.verdicts[a][f])) for a in attacks))),
+                  Line((Cell(DETECTABLE), *(Cell(_detectable(table, a, f)) for a in attacks)))]
+        at.append(make_table([Column("defense"), *(attack_column(table.group, a) for a in attacks)], lines,
+                             title=(f"Utility = {100 * f:.0f} % of the ceiling (", Foreign(str(table.utility)),
+                                    f" {fmt_estimate(table.targets[f])}): each defense's frontier read at the target")))
+    return TaskTables(check_table, local_table, tuple(at))
+
+
 def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched]) -> str:
     """The report's benchmark section: the facts, the seed rule, and each task's matched-utility tables."""
     parts = ["<section class='group' id='benchmark'><h2>Benchmark: privacy at matched utility</h2><ul>"]
@@ -212,42 +271,15 @@ def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched
             parts.append(f"<p class='note'>Not read: {e(table.note)}.</p>")
             continue
         parts.append(f"<p>Ceiling ({REFERENCE}, {e(str(table.utility))}): {e(fmt_estimate(table.ceiling))}.</p>")
-        checks = no_privacy_checks(table, index, joined.pending)
-        if checks:
-            parts.append(f"<p class='note'>{e(CEILING_NOTE)}</p><table><thead><tr><th>defense</th><th>setting</th>"
-                         f"<th>{e(str(table.utility))}</th><th>against {REFERENCE}</th></tr></thead><tbody>" + "".join(
-                             f"<tr><th scope='row'>{e(c.defense)}</th><td>{e(c.setting)}</td><td class='num'>"
-                             f"{e(fmt_estimate(c.utility) if c.utility else '–')}</td><td>{e(c.text(table.ceiling))}"
-                             "</td></tr>" for c in checks) + "</tbody></table>")
-        if (against := local_rows(table)):
-            parts.append(f"<p class='note'>{e(LOCAL_NOTE)}</p><table><thead><tr>"
-                         + "".join(f"<th>{e(h)}</th>" for h in LOCAL_HEAD) + "</tr></thead><tbody>" + "".join(
-                             f"<tr><th scope='row'>{e(r[0])}</th>" + "".join(f"<td>{e(v)}</td>" for v in r[1:])
-                             + "</tr>"
-                             for r in against) + "</tbody></table>")
+        built = task_tables(index, joined, table)
+        if built.checks is not None:
+            parts.append(f"<p class='note'>{e(CEILING_NOTE)}</p>" + to_html(built.checks))
+        if built.local is not None:
+            parts.append(f"<p class='note'>{e(LOCAL_NOTE)}</p>" + to_html(built.local))
         parts += [f"<p class='note'>{e(line)}</p>" for line in sanity_lines(table)]
-        attacks = _attacks(table)
-        for f in FRACTIONS:
-            head = "".join(f"<th>{e(a)}</th>" for a in attacks)
-            defenses = [r.defense for r in table.readings[attacks[0]][f]] if attacks else []
-            body = []
-            for defense in defenses:
-                cells = "".join(f"<td class='num'>{e(_reading_text(_find(table, a, f, defense)))}</td>"
-                                for a in attacks)
-                tag = " <span class='tag'>reference</span>" if defense == REFERENCE else ""
-                body.append(f"<tr><th scope='row'>{e(defense)}{tag}</th>{cells}</tr>")
-            best = "".join(f"<td>{e(table.verdicts[a][f])}</td>" for a in attacks)
-            power = "".join(f"<td class='num'>{e(_detectable(table, a, f))}</td>" for a in attacks)
-            parts.append(f"<h4>utility = {100 * f:.0f} % of the ceiling: {e(str(table.utility))} "
-                         f"{e(fmt_estimate(table.targets[f]))}</h4><table><thead><tr><th>defense</th>{head}</tr>"
-                         f"</thead><tbody>{''.join(body)}<tr><th scope='row'>best</th>{best}</tr>"
-                         f"<tr><th scope='row'>{e(DETECTABLE)}</th>{power}</tr></tbody></table>")
+        parts += [to_html(at, heading="h4") for at in built.at]
     parts.append("</section>")
     return "\n".join(parts)
-
-
-#: The row under each matched table that states its resolution (issue #38 item 5).
-DETECTABLE = "detectable difference (80 % power)"
 
 
 def _detectable(table: Matched, attack: str, fraction: float) -> str:
@@ -277,42 +309,40 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
             lines += [f"Not read: {t(table.note)}.", ""]
             continue
         lines += [f"Ceiling ({REFERENCE}, {t(table.utility)}): {fmt_estimate(table.ceiling)}.", ""]
-        checks = no_privacy_checks(table, index, joined.pending)
-        if checks:
-            lines += [CEILING_NOTE, "", f"| defense | setting | {t(table.utility)} | against {REFERENCE} |",
-                      "|---|---|---:|---|"]
-            lines += [f"| {t(c.defense)} | {t(c.setting)} | {fmt_estimate(c.utility) if c.utility else '–'} | "
-                      f"{t(c.text(table.ceiling))} |" for c in checks]
-            lines.append("")
-        if (against := local_rows(table)):
-            lines += [LOCAL_NOTE, "", "| " + " | ".join(LOCAL_HEAD) + " |", "|---|---|---:|---:|---:|---|"]
-            lines += ["| " + " | ".join(t(v) if i < 2 else v for i, v in enumerate(r)) + " |" for r in against] + [""]
+        built = task_tables(index, joined, table)
+        if built.checks is not None:
+            lines += [CEILING_NOTE, "", *to_markdown(built.checks), ""]
+        if built.local is not None:
+            lines += [LOCAL_NOTE, "", *to_markdown(built.local), ""]
         lines += [x for line in sanity_lines(table) for x in (t(line), "")]
-        attacks = _attacks(table)
-        for f in FRACTIONS:
-            lines += [f"**Utility = {100 * f:.0f} % of the ceiling** ({t(table.utility)} "
-                      f"{fmt_estimate(table.targets[f])}): empirical privacy ↑", "",
-                      "| defense | " + " | ".join(t(a) for a in attacks) + " |",
-                      "|---|" + "---:|" * len(attacks)]
-            for reading in (table.readings[attacks[0]][f] if attacks else []):
-                d = reading.defense
-                lines.append(f"| {t(d)}{' (reference)' if d == REFERENCE else ''} | "
-                             + " | ".join(_reading_text(_find(table, a, f, d)) for a in attacks) + " |")
-            lines += ["| **best** | " + " | ".join(t(table.verdicts[a][f]) for a in attacks) + " |",
-                      f"| {DETECTABLE} | " + " | ".join(_detectable(table, a, f) for a in attacks) + " |", ""]
+        for at in built.at:
+            lines += [*to_markdown(at), ""]
     return "\n".join(lines)
 
 
+def claims_file(folder: str | Path, *, out: str | Path | None = None, leaderboard: str | Path | None = None,
+                claims: str | Path | None = None) -> Path:
+    """Where a benchmark's report writes the claims: ``claims`` where given, else ``claims.md`` beside the leaderboard
+    where one is named, else beside the report where one is named, else in the folder: the claims follow the outputs
+    a user sent elsewhere, and a command writes no file where it was not asked to write."""
+    if claims is not None:
+        return Path(claims)
+    named = leaderboard if leaderboard is not None else out
+    return (Path(named).parent if named is not None else Path(folder)) / CLAIMS_FILE
+
+
 def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
-                           leaderboard: str | Path | None = None,
+                           leaderboard: str | Path | None = None, claims: str | Path | None = None,
                            title: str | None = None) -> tuple[Path, Path, Joined]:
     """Render a benchmark folder's report (HTML) and leaderboard (Markdown), and the seed papers' claims
-    over its joined rows (``FOLDER/claims.md``, what ``rapt-audit claims`` prints for a set of runs).
+    over its joined rows (``claims.md``, what ``rapt-audit claims FOLDER`` prints:
+    :mod:`~rapt_audit.benchmark.claims`).
 
     Args:
         folder: The output folder of ``rapt-audit benchmark run``.
         out: The HTML file (default ``FOLDER/index.html``; figures go to ``figures/`` beside it).
         leaderboard: The Markdown file (default ``FOLDER/leaderboard.md``).
+        claims: The claims' Markdown file (default: :func:`claims_file`, ``claims.md`` beside the outputs named).
         title: The heading (default ``benchmark NAME``).
 
     Raises:
@@ -323,12 +353,13 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
     folder = Path(folder)
     joined = join(folder)
     index = joined.index
+    claims = claims_file(folder, out=out, leaderboard=leaderboard, claims=claims)
     out = Path(out) if out is not None else folder / "index.html"
     leaderboard = Path(leaderboard) if leaderboard is not None else folder / "leaderboard.md"
     # The output rule, before any rendering: no output is the index, a cell's result or another output.
     read = [("the index", folder / INDEX_FILE), ("the copy", folder / COPY_FILE), ("the sweep index",
              folder / SWEEP_INDEX)] + [("a cell's result", folder / c["name"] / RESULT_FILE) for c in index["cells"]]
-    check_outputs([("--out", out), ("--leaderboard", leaderboard), ("the claims", folder / "claims.md")], read)
+    check_outputs([("--out", out), ("--leaderboard", leaderboard), ("--claims", claims)], read)
     title = title or f"rapt-audit benchmark {index['name']}"
     joined.collection.require_results(f"the report of benchmark {index['name']} (no task cell has finished)")
     tables = [matched(group) for group in group_results(joined.collection.results)]
@@ -347,12 +378,10 @@ def write_benchmark_report(folder: str | Path, *, out: str | Path | None = None,
                                                       preamble=matched_markdown(index, joined, tables),
                                                       headline=headline_markdown(
                                                           tables, FRACTIONS, first_line(index, joined, markdown_text)),
-                                                      long=True))
-    claims = format_markdown(evaluate(group_results(joined.collection.results)))
-    write_text_atomic(folder / "claims.md", f"# The seed papers' claims on benchmark {markdown_text(index['name'])}\n\n"
-                      f"{claims}")
+                                                      long=True, shas=cell_shas(list(joined.cells.values()))))
+    write_text_atomic(claims, claims_markdown(joined))  # what rapt-audit claims FOLDER prints
     return out, leaderboard, joined
 
 
-__all__ = ["CEILING_NOTE", "DETECTABLE", "LOCAL_NOTE", "MATCHED_NOTE", "SEEDS_NOTE", "local_rows", "matched_html",
-           "matched_markdown", "sanity_lines", "write_benchmark_report"]
+__all__ = ["CEILING_NOTE", "DETECTABLE", "LOCAL_NOTE", "MATCHED_NOTE", "SEEDS_NOTE", "TaskTables", "cell_shas",
+           "claims_file", "local_rows", "matched_html", "matched_markdown", "sanity_lines", "write_benchmark_report"]

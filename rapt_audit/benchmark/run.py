@@ -12,7 +12,6 @@ file goes beside it (``benchmark.toml``), so the folder says how to run it again
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -22,8 +21,12 @@ from rapt_audit.api.files import write_json_atomic, write_text_atomic
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.api.outputs import check_out_folder, folder_exists
 from rapt_audit.api.parsing import DocumentError, FloatRangeError, read_document
-from rapt_audit.benchmark.plan import BenchCell, estimate_costs
+from rapt_audit.benchmark.plan import BenchCell, estimate_costs, not_applicable_reason
 from rapt_audit.benchmark.spec import Benchmark, set_text, shipped_dir
+from rapt_audit.pipeline import runner as audit_runner
+from rapt_audit.pipeline.cache_ledger import in_use, recording
+from rapt_audit.pipeline.config import RunConfig
+from rapt_audit.pipeline.estimates import write_evidence
 from rapt_audit.pipeline.results import RunResult
 from rapt_audit.pipeline.sweep import SWEEP_INDEX, Axis, Cell, Executor, run_sweep
 
@@ -139,16 +142,40 @@ def axes_of(cells: Sequence[BenchCell]) -> list[Axis]:
             Axis("dataset", tuple(dict.fromkeys(c.dataset for c in cells)))]
 
 
+def skipped_attacks(cells: Sequence[BenchCell]) -> list[str]:
+    """One line per defense naming the attacks its cells skip because they cannot read its release, with why (each
+    result records the skip; this says it once for the whole run)."""
+    lines = []
+    for defense in dict.fromkeys(c.defense for c in cells):
+        attacks = dict.fromkeys(a for c in cells if c.defense == defense for a in c.attacks)
+        why = {a: reason for a in attacks if (reason := not_applicable_reason(defense, a)) is not None}
+        if why:
+            lines.append(f"{defense}'s cells skip {len(why)} attack(s) that cannot read its release (each result "
+                         f"records the skip): " + "; ".join(f"{a}: {reason}" for a, reason in why.items()))
+    return lines
+
+
+def _recorded_run(config: RunConfig, **kwargs: object) -> RunResult:
+    """A cell run in this process, what it stores in the cache recorded in the cache's ledger (as a worker's is)."""
+    with recording(config):
+        return audit_runner.run(config, **kwargs)
+
+
 def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, log: Log | None = None,
                   progress: bool = False, executor: Executor | None = None,
                   time_budget: float | None = None,
                   indexed: Sequence[BenchCell] | None = None,
-                  prepare: Callable[[], object] | None = None) -> list[tuple[Cell, RunResult]]:
+                  prepare: Callable[[], object] | None = None,
+                  published: Sequence[tuple[str, str, str, RunResult]] = ()) -> list[tuple[Cell, RunResult]]:
     """Write the index and run every cell that is not finished; return each finished cell's result.
 
     ``indexed``: every cell of the file, when ``cells`` is only some of them (``--cell``, ``--add``): the index
     always lists the whole file, so the folder's report is never a partial benchmark's. ``prepare``: called
-    once the index is written, under the folder's lock, before any cell (``--add`` copies the published cells).
+    once the index is written, under the folder's lock, before any cell (``--add`` copies the published cells);
+    ``published``: their results, already read, for the estimates (``(name, defense, dataset, result)``).
+    The estimator's evidence (:func:`~rapt_audit.benchmark.plan.estimate_costs`, what the dry run showed) is
+    written into the folder for the sweep's loops (:data:`~rapt_audit.pipeline.estimates.ESTIMATES_FILE`), and
+    what each cell stores in the cache is recorded in the cache's ledger (:mod:`~rapt_audit.pipeline.cache_ledger`).
 
     The output folder's lock is held from the index's write to the last cell (a second command on it
     fails at once). A file changed since the folder's last run is said so; its finished cells that
@@ -175,13 +202,16 @@ def run_benchmark(bench: Benchmark, cells: Sequence[BenchCell], *, out: Path, lo
         write_json_atomic(out / INDEX_FILE, index_document(bench, cells if indexed is None else indexed))
         if prepare is not None:
             prepare()
-        # Each pending cell carries its estimate (the dry run's figures), so the progress line's time left
-        # reads hours where the cheap local-only cells come first.
-        expected = [replace(c.cell, expected_s=cost.seconds) if cost.status == "pending" else c.cell
-                    for c, cost in zip(cells, estimate_costs(cells, bench.profile))]
-        return run_sweep(expected, out=out, axes=axes_of(cells), log=log, progress=progress,
-                         executor=executor, time_budget=time_budget, own_index=OWN_INDEX)
+        names = {c.name for c in cells}
+        others = [c for c in indexed or () if c.name not in names]
+        write_evidence(out, estimate_costs(cells, bench, indexed=others, published=published)[1])
+        for line in skipped_attacks(cells):
+            say(line)
+        with in_use():  # between cells too: cache prune waits for the run's end (cache_ledger)
+            return run_sweep([c.cell for c in cells], out=out, axes=axes_of(cells), log=log, progress=progress,
+                             executor=executor, time_budget=time_budget, own_index=OWN_INDEX,
+                             runner=_recorded_run if executor is None else None)
 
 
 __all__ = ["COPY_FILE", "INDEX_FILE", "INDEX_SCHEMA", "OWN_INDEX", "axes_of", "check_benchmark_dir", "default_out",
-           "file_label", "index_document", "read_index", "run_benchmark"]
+           "file_label", "index_document", "read_index", "run_benchmark", "skipped_attacks"]

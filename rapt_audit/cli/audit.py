@@ -20,7 +20,8 @@ Each pair of inputs x, x' gets a lower bound on the mechanism's privacy loss, va
 1 - alpha for the whole audit, next to the claim eta * d(x, x') (epsilon/sensitivity * L1 for the
 Laplace releases of dpnr and cape). VIOLATION (exit 1) proves a bug;
 ok is not a proof of privacy; unauditable means the claim is above what --samples can falsify.
-Audited: {audited}, and any word-level mechanism plugin (a rapt_audit.plugin.WordMechanismDefense)."""
+Audited: {audited}, and any plugin that declares or implements an audit protocol
+(rapt_audit.plugin.WordMechanismDefense, DchiTextDefense; rapt_audit.plugin.AUDIT_PROTOCOLS lists them)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("audit", help="empirical lower bound on a defense's privacy loss vs its claim",
                        epilog=EPILOG.format(audited=listed), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--defense", required=True,
-                   help=f"defense to audit: {', '.join(covered)}, or a word-level mechanism plugin")
+                   help=f"defense to audit: {', '.join(covered)}, or any plugin that declares or implements an "
+                        "audit protocol (WordMechanismDefense, DchiTextDefense)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="defense parameter, e.g. eta=5")
     p.add_argument("--samples", type=int, default=10_000,

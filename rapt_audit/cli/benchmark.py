@@ -6,20 +6,27 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Sequence
 
 from rapt_audit.api.errors import UsageError
-from rapt_audit.benchmark.extend import copy_published, extend, select, summary
-from rapt_audit.benchmark.plan import dry_run_text, plan_cells
-from rapt_audit.benchmark.render import write_benchmark_report
+from rapt_audit.api.files import default_cache_dir
+from rapt_audit.benchmark.claims import CLAIMS_FILE
+from rapt_audit.benchmark.extend import Extended, copy_published, extend, select, summary
+from rapt_audit.benchmark.holdings import added_since, by_kind, disk_needed, drop_finished_services
+from rapt_audit.benchmark.listing import dry_run_text
+from rapt_audit.benchmark.plan import BenchCell, estimate_costs, plan_cells
+from rapt_audit.benchmark.render import claims_file, write_benchmark_report
 from rapt_audit.benchmark.run import check_benchmark_dir, default_out, run_benchmark
 from rapt_audit.benchmark.status import cell_states, source_of, status_text
 from rapt_audit.benchmark.validate import load_benchmark
 from rapt_audit.cli import bench_verify
 from rapt_audit.cli.options import add_cell_options, cell_executor
 from rapt_audit.pipeline import sweep
+from rapt_audit.pipeline.cache_ledger import human_bytes
 from rapt_audit.pipeline.cell_limit import check_max_cells
-from rapt_audit.pipeline.results import RESULT_FILE
+from rapt_audit.pipeline.results import RESULT_FILE, RunResult
 from rapt_audit.pipeline.runner import check_paper_device
 
 #: Exit status when every cell finished but some attacks failed (as ``run``'s: the report marks them failed).
@@ -33,7 +40,7 @@ EPILOG = """examples:
   rapt-audit benchmark report runs/bench-smoke
   rapt-audit benchmark verify runs/submission --against runs/bench-smoke --sample 0
 NAME is a benchmark shipped with rapt-audit (the repository's benchmarks/ folder); FILE is any .toml of
-the same format (README: Benchmarks). Every cell is checked before any work; a bad file stops with
+the same format (docs/benchmarks.md). Every cell is checked before any work; a bad file stops with
 FILE:LINE and the fix. Finished cells are reused, so an interrupted benchmark run again goes on; a cell that
 other code measured is stale and has only its stale stages run again (status lists them by component); run
 renders DIR/index.html, DIR/leaderboard.md and DIR/claims.md when every cell has finished. verify (for
@@ -65,6 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="run only the cells that match: a cell folder name or KEY=VALUE (defense=, seed=, "
                           "dataset= or a setting such as p=0.3); repeat to require several. The index still lists "
                           "every cell, and the report is rendered once all have finished")
+    run.add_argument("--drop-finished-services", dest="drop_services", action="store_true",
+                     help="once every cell of a setting has finished, remove the service weights its cells stored "
+                          "in the cache (services/, pretrained/); the summary says how much it freed")
     add_cell_options(run)
     status = actions.add_parser("status", help="which cells are fresh, stale (other code measured them, by component) "
                                                "or pending; runs nothing")
@@ -80,6 +90,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     report.add_argument("folder", metavar="DIR", help="the --out folder of benchmark run")
     report.add_argument("--out", default=None, help="HTML file (default DIR/index.html)")
     report.add_argument("--leaderboard", default=None, help="Markdown file (default DIR/leaderboard.md)")
+    report.add_argument("--claims", default=None, metavar="FILE",
+                        help="the seed papers' claims, Markdown (default claims.md beside --leaderboard, else beside "
+                             "--out, else DIR/claims.md)")
     report.add_argument("--title", default=None)
     bench_verify.add_parser(actions)
 
@@ -92,9 +105,10 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         return _status(args)
     if args.benchmark_command == "report":
         html, markdown, joined = write_benchmark_report(args.folder, out=args.out, leaderboard=args.leaderboard,
-                                                        title=args.title)
+                                                        claims=args.claims, title=args.title)
         joined.collection.warn_problems()
-        print(f"wrote {html}, {markdown} and {Path(args.folder) / 'claims.md'} ({len(joined.collection.results)} "
+        claims = claims_file(args.folder, out=args.out, leaderboard=args.leaderboard, claims=args.claims)
+        print(f"wrote {html}, {markdown} and {claims} ({len(joined.collection.results)} "
               f"joined row(s) of {len(joined.cells)} finished cell(s); {len(joined.pending)} pending)")
         return 0
     return _run(args)
@@ -110,6 +124,27 @@ def _status(args: argparse.Namespace) -> int:
     cells = select(cells, args.cells) if args.cells else cells
     print(status_text(bench, cell_states(cells), out=out, source=source, listing=args.listing))
     return 0
+
+
+def _published(ext: Extended | None) -> list[tuple[str, str, str, RunResult]]:
+    """``(name, defense, dataset, result)`` of the published cells an ``--add`` run copies (for the estimates)."""
+    if ext is None:
+        return []
+    joined = ext.published.joined
+    return [(c["name"], c["defense"], c["dataset"], joined.cells[c["name"]]) for c in joined.index["cells"]
+            if c["name"] in joined.cells]
+
+
+def _cache_lines(out: Path, since: str, cells: Sequence[BenchCell], results: Sequence[tuple[Any, RunResult]],
+                 drop: bool) -> list[str]:
+    """The summary's cache lines: what the run stored in the cache, by kind, and what ``--drop-finished-services``
+    freed."""
+    root = default_cache_dir()
+    added = added_since(out, since, root)
+    stored = (f"{human_bytes(sum(added.values()))} ({by_kind(added.items())})" if added else "nothing new")
+    lines = [f"cache: this run stored {stored} in {root}, as its ledger records it on this machine (rapt-audit "
+             "cache ls lists the cache by benchmark, setting and kind; rapt-audit cache prune removes entries)"]
+    return lines + ([drop_finished_services(cells, out=out, root=root, results=results)] if drop else [])
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -146,20 +181,31 @@ def _run(args: argparse.Namespace) -> int:
             check_paper_device(todo[0].cell.config) if todo else None
         except UsageError as exc:
             notes.append(str(exc))
-        print(dry_run_text(bench, todo, out=out, jobs=args.jobs, problems=problems or (), notes=notes))
+        if args.time_budget is not None and not args.time_budget > 0:  # as the run refuses it
+            raise UsageError(f"--time-budget must be a positive number of seconds, got {args.time_budget:g}")
+        names = {c.name for c in todo}
+        costs, evidence = estimate_costs(todo, bench, indexed=[c for c in cells if c.name not in names],
+                                         published=_published(ext))
+        disk = disk_needed([c for c, cost in zip(todo, costs) if cost.status != "complete"], root=default_cache_dir())
+        print(dry_run_text(bench, todo, costs, out=out, jobs=args.jobs, time_budget=args.time_budget,
+                           measured=bool(evidence.measured), disk=disk, problems=problems or (), notes=notes))
         return 2 if problems else 0
     log = None if args.quiet else (lambda msg: print(f"[rapt-audit] {msg}", file=sys.stderr, flush=True))
+    since = datetime.now(timezone.utc).isoformat(timespec="microseconds")  # as the ledger times its entries
     try:
         results = run_benchmark(bench, todo, out=out, log=log, progress=not args.quiet and sys.stderr.isatty(),
                                 executor=executor, time_budget=args.time_budget, indexed=cells,
-                                prepare=(lambda: copy_published(ext, out)) if ext is not None else None)
+                                prepare=(lambda: copy_published(ext, out)) if ext is not None else None,
+                                published=_published(ext))
     except sweep.CellsFailed:  # main() lists the failed cells (exit 2); what finished can be read already
         print(f"render what finished with: rapt-audit benchmark report {out}", file=sys.stderr)
         raise
     except sweep.BudgetSpent as spent:  # not an error: the same command goes on later
         print(f"rapt-audit: {spent}", file=sys.stderr)
+        print("\n".join(_cache_lines(out, since, cells, spent.results, args.drop_services)))
         print(f"render what finished so far with: rapt-audit benchmark report {out}")
         return sweep.BudgetSpent.EXIT_CODE
+    print("\n".join(_cache_lines(out, since, cells, results, args.drop_services)))
     # A cell with a failed attack has its result (the report marks it failed); one without any is still to run.
     pending = [c for c in cells if not (Path(str(c.cell.config.out)) / RESULT_FILE).is_file()]
     if pending:  # never a leaderboard of part of the file over a folder indexed by all of it
@@ -168,7 +214,8 @@ def _run(args: argparse.Namespace) -> int:
               "had not finished is the publisher's to run)")
     else:
         html, markdown, _ = write_benchmark_report(out)
-        print(f"benchmark {bench.name}: {len(results)} cells in {out}; wrote {html} and {markdown}")
+        print(f"benchmark {bench.name}: {len(results)} cells in {out}; wrote {html}, {markdown} and "
+              f"{out / CLAIMS_FILE}")
     failed = sorted({f"{name} ({cell.label})" for cell, r in results for name in r.failed})
     if failed:
         print(f"rapt-audit: {len(failed)} attack run(s) failed and are marked failed in the report: "

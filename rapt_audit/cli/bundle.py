@@ -152,7 +152,7 @@ def benchmark_configs(command: list[str], subcommands: dict[str, Any]) -> list[R
         raise UsageError("--executor ray needs Ray, which a bundle does not carry; run the cells in-process")
     if args.out and Path(args.out).is_absolute():
         raise UsageError(f"--out {args.out}: give a relative folder here; to go on with the cells of an earlier call "
-                         "there, give its absolute path in the command after run.sh's -- (README: Running on a GPU)")
+                         "there, give its absolute path in the command after run.sh's -- (docs/gpu.md)")
     bench = load_benchmark(args.benchmark, data_dir=args.data_dir, max_cells=check_max_cells(args.max_cells))
     out = Path(args.out) if args.out else default_out(bench)
     return [c.cell.config for c in plan_cells(bench, out=out, data_dir=args.data_dir, device=args.device)]

@@ -29,26 +29,27 @@ from rapt_audit.api.plugins import ATTACKS, DEFENSES, PluginWarning, installed, 
 from rapt_audit.api.registry import describe
 from rapt_audit.api.types import AttackFailure, Skip
 from rapt_audit.api.version import __version__
-from rapt_audit.cli import audit, benchmark, bundle, calibrate, dry_run, privatize
+from rapt_audit.cli import audit, benchmark, bundle, calibrate, check, claims, dry_run, leaderboard, privatize
+from rapt_audit.cli import report, slim
+from rapt_audit.cli import cache as cache_cli
 from rapt_audit.cli import plugin as plugin_cli  # not `plugin`: cmd_ls calls each plugin it lists so
 from rapt_audit.cli.audit import cmd_audit
 from rapt_audit.cli.benchmark import cmd_benchmark
 from rapt_audit.cli.bundle import cmd_bundle
 from rapt_audit.cli.calibrate import cmd_calibrate
+from rapt_audit.cli.check import cmd_check
+from rapt_audit.cli.claims import cmd_claims
+from rapt_audit.cli.leaderboard import cmd_leaderboard
 from rapt_audit.cli.options import OneLineParser, add_cell_options, cell_executor
 from rapt_audit.cli.plugin import cmd_plugin
 from rapt_audit.cli.privatize import cmd_privatize
+from rapt_audit.cli.report import cmd_report
+from rapt_audit.cli.slim import cmd_slim
 from rapt_audit.data import DATASETS
 from rapt_audit.mechanisms.verbatim import describe_verbatim
 from rapt_audit.pipeline import sweep
 from rapt_audit.pipeline.config import build_config
 from rapt_audit.pipeline.runner import run
-from rapt_audit.reporting import check, claims, leaderboard, report, slim
-from rapt_audit.reporting.check import cmd_check
-from rapt_audit.reporting.claims import cmd_claims
-from rapt_audit.reporting.leaderboard import cmd_leaderboard
-from rapt_audit.reporting.report import cmd_report
-from rapt_audit.reporting.slim import cmd_slim
 from rapt_audit.reporting.summary import DuplicateRunWarning
 from rapt_audit.reporting.sweep_table import format_sweep
 from rapt_audit.scoring.metrics import METRICS, arrow, headline_metric
@@ -76,7 +77,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attacks", default=S, help="selection: all | a,b | tag:x | -name (default all)")
     p.add_argument("--dataset", default=S,
                    help="dataset name, or the path of your own .csv/.tsv/.jsonl/.json/.parquet file or "
-                        "save_to_disk directory (README: Your own data); default sst2 with a data directory, "
+                        "save_to_disk directory (docs/quick-start.md: Your own data); default sst2 with a data directory, "
                         "else synthetic")
     p.add_argument("--model", default=S, help="the client's model: minilm (bundled), mpnet (assembled: scripts/bootstrap "
                    "--mpnet), a Hugging Face id or a local directory; the service's too unless --service-model")
@@ -125,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
 
     for module in (privatize, audit, calibrate, report, leaderboard, check, claims, slim, bundle, plugin_cli,
-                   benchmark):
+                   benchmark, cache_cli):
         module.add_parser(sub)
     return parser
 
@@ -274,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"ls": cmd_ls, "run": cmd_run, "calibrate": cmd_calibrate, "report": cmd_report,
                 "leaderboard": cmd_leaderboard, "check": cmd_check, "claims": cmd_claims, "privatize": cmd_privatize,
                 "audit": cmd_audit, "bundle": cmd_bundle, "slim": cmd_slim, "plugin": cmd_plugin,
-                "benchmark": cmd_benchmark}
+                "benchmark": cmd_benchmark, "cache": cache_cli.cmd_cache}
     try:
         with _sigterm_as_interrupt(), _plugin_warnings():
             return commands[args.command](args)

@@ -59,8 +59,8 @@ def add_cell_options(p: argparse.ArgumentParser) -> None:
                         f"built (default {DEFAULT_MAX_CELLS})")
     p.add_argument("--time-budget", dest="time_budget", type=number, default=None, metavar="SECONDS",
                    help="with --sweep or benchmark run: start no cell that would not finish within SECONDS of the "
-                        "start (judged by the longest cell so far; with --jobs N or on Ray, the cells running then "
-                        "finish first); the rest stay pending for the next call, which goes on (exit 75)")
+                        "start (judged by its estimate, as the dry run lists it; with --jobs N or on Ray, the cells "
+                        "running then finish first); the rest stay pending for the next call, which goes on (exit 75)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="where sweep cells run: local (one after another in this process, the default) or ray "
                         "(each cell a Ray task, several at once; needs pip install 'rapt-audit[ray]')")

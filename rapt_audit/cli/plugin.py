@@ -28,7 +28,7 @@ check runs a plugin as installed (pip install it first) on the synthetic demo co
 profile and prints PASS, FAIL (what was expected, what came back) or SKIP (why) for each rule; exit 0
 when no rule failed, 1 when one did, 2 for an unknown name. Run it in your plugin's CI.
 new writes a package (pyproject.toml with the entry point, the module, a test, a README) into
-DIR/NAME-with-dashes, never over an existing folder; pip install -e it and it passes check."""
+DIR/NAME-with-dashes, never over an existing folder; pip install --no-deps -e it and it passes check."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,7 +55,7 @@ def cmd_plugin(args: argparse.Namespace) -> int:
     """Run ``plugin check`` or ``plugin new``."""
     if args.plugin_command == "new":
         folder = new_plugin(args.kind, args.name, args.dir)
-        print(f"wrote {folder}: pip install -e {folder}, then rapt-audit plugin check {args.name}")
+        print(f"wrote {folder}: pip install --no-deps -e {folder}, then rapt-audit plugin check {args.name}")
         return 0
     return _check(args)
 

@@ -6,6 +6,8 @@ that raises, breaks its contract or runs past the limit is recorded as an
 (Ctrl-C, or SIGTERM as the command line turns it into one) ends the loop: the attacks that finished are
 returned with the others recorded as interrupted, so that the runner writes them
 (:mod:`~rapt_audit.pipeline.stage_reuse` lets the same command reuse them and run only the missing ones).
+An attack skipped (it cannot read the defense's release, or it declines with a reason) is named in the run's log
+once, with why, as well as recorded.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def run_attacks(attacks: Mapping[str, Any], *, run_one: Callable[[str, Any], Out
             say(f"attack {name}: reused, it finished in an earlier run of this cell on the same code")
             outcomes[name] = reused[name]
         elif (reason := unreadable_release(attack.requires, release_kinds, defense)) is not None:
+            say(f"attack {name}: skipped, it {reason}")  # recorded in the result too; the log names it once
             outcomes[name] = Skip(reason)
         else:
             try:
@@ -71,6 +74,7 @@ def bounded(name: str, attack: Any, *, fit: Callable[[], Any], score: Callable[[
             method = "attack"
             return check_attack_result(name, score())
     except Skip as skip:
+        say(f"attack {name}: skipped: {skip.reason}")
         return Skip(skip.reason)  # a fresh one: the raised one's traceback holds the attack's frames
     except AttackTimedOut:  # raised inside the attack, so nothing of it runs on to write into the result
         failure = AttackFailure(timeout_message(name, limit or 0.0))

@@ -9,17 +9,17 @@ and queues the rest, holds each started cell's directory lock from its start to 
 validates each returned document (schema, cell id, the data the check saw) and writes
 ``<cell>/result.json``, marks ``sweep.json`` as cells finish, and raises
 :class:`~rapt_audit.pipeline.sweep.CellsFailed` after the last cell when some failed. Under a time
-budget it starts a queued cell only while the longest cell so far fits in what is left
-(:func:`~rapt_audit.pipeline.time_budget.budget_spent`, the in-process sweep's rule); once one does not,
-it starts none, lets the running cells finish and be written, and raises
-:class:`~rapt_audit.pipeline.sweep.BudgetSpent` with the rest pending. Subclasses
+budget it starts a queued cell only while its estimate fits in what is left
+(:class:`~rapt_audit.pipeline.time_budget.TimeBudget`, the in-process sweep's rule and estimator); once one
+does not, it starts none, lets the running cells finish and be written, and raises
+:class:`~rapt_audit.pipeline.sweep.BudgetSpent` with the rest pending. Its progress lines' time left is the
+same estimator's (:meth:`CellDriver.time_left`). Subclasses
 say only how a cell is started, waited for and read back (:meth:`CellDriver.start`,
 :meth:`~CellDriver.wait`, :meth:`~CellDriver.outcome`), and how many run at once.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from contextlib import ExitStack
@@ -31,12 +31,14 @@ from rapt_audit.api.files import remove_stray_temps
 from rapt_audit.api.locks import hold_out_dir
 from rapt_audit.encoder.threads import set_threads
 from rapt_audit.pipeline import runner as audit_runner
+from rapt_audit.pipeline.cache_ledger import recording
 from rapt_audit.pipeline.config import RunConfig
+from rapt_audit.pipeline.estimates import duration
 from rapt_audit.pipeline.result_schema import validate_result_document
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult, write_result
 from rapt_audit.pipeline.stage_reuse import StoredStages, cell_code, reusable_in, staleness
 from rapt_audit.pipeline.sweep import BudgetSpent, Cell, CellsFailed, Log, SweepIndex
-from rapt_audit.pipeline.time_budget import budget_spent, longest_finished
+from rapt_audit.pipeline.time_budget import TimeBudget
 
 
 class CellError(Exception):
@@ -54,7 +56,8 @@ class CellError(Exception):
 
 def cell_task(compute: Callable[..., RunResult], config: RunConfig,
               threads: int | None = None, reused: StoredStages | None = None) -> dict[str, Any]:
-    """What a worker runs for one cell: the audit, returned as the result document (nothing written).
+    """What a worker runs for one cell: the audit, returned as the result document (no result written; the cache
+    entries it stores are recorded in the cache's ledger, :func:`~rapt_audit.pipeline.cache_ledger.recording`).
 
     Args:
         compute: The audit (:func:`rapt_audit.pipeline.runner.compute`, or a test's stand-in).
@@ -66,14 +69,8 @@ def cell_task(compute: Callable[..., RunResult], config: RunConfig,
     """
     if threads is not None:
         set_threads(threads)
-    return (compute(config, reused=reused) if reused else compute(config)).to_dict()
-
-
-def duration(seconds: float) -> str:
-    """``42 s``, ``7 min`` or ``2.5 h``: a duration for progress lines."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    with recording(config):  # what the cell stores in the cache goes into its ledger record (cache_ledger)
+        return (compute(config, reused=reused) if reused else compute(config)).to_dict()
 
 
 def reuse(cell: Cell, index: SweepIndex, log: Log, number: str) -> RunResult:
@@ -103,8 +100,10 @@ class CellDriver:
         on ``clock`` too, from their start to their write, so that they are judged on the budget's clock."""
         self.cells, self.index, self.log = list(cells), index, log
         self.deadline, self.clock = deadline, clock
-        self.longest = longest_finished(index.finished.values())
-        #: ``(longest, left)`` when the budget stopped new cells: the longest cell then, and the seconds left.
+        #: The budget and the sweep's one estimator (its start: the folder's evidence and the cells found complete).
+        self.budget = TimeBudget(deadline, self.cells, out=getattr(index, "out", None), finished=index.finished,
+                                 clock=clock)
+        #: ``(needed, left)`` when the budget stopped new cells: the next cell's estimate, and the seconds left.
         self.spent: tuple[float, float] | None = None
         self.number = {c.name: i for i, c in enumerate(self.cells, 1)}
         self.results: dict[str, RunResult] = {}
@@ -112,9 +111,6 @@ class CellDriver:
         self.attempts: dict[str, int] = {}
         self.queue = deque(c for c in self.cells if index.status[c.name] == "pending")
         self.running: dict[Any, tuple[Cell, float, ExitStack]] = {}
-        self.durations: list[float] = []
-        #: ``(took, expected)`` seconds of each finished cell that came with an estimate (:attr:`Cell.expected_s`).
-        self.against_estimate: list[tuple[float, float]] = []
         self.ran = 0
         self.reuse: dict[str, StoredStages] = {}  # cell name → the stored stages its worker is handed
         self.compute = compute or audit_runner.compute  # looked up now, so a patched compute is honoured
@@ -159,30 +155,12 @@ class CellDriver:
         return text if left is None else f"{text}, about {duration(left)} left"
 
     def time_left(self) -> float | None:
-        """Seconds until the running and queued cells are done, on this sweep's workers; None: no basis yet.
-
-        Where every cell left has an estimate (:attr:`Cell.expected_s`), their sum, scaled by how the
-        finished cells' times compared with their own estimates (this machine against the figures'), less
-        what the running cells have already spent; otherwise the mean of the finished cells per cell. The
-        scale starts from 1 with the weight of the sweep's largest estimate, so a few seconds-long first
-        cells that beat their small estimates do not shrink hours of work (measured: 3.0 h shown for 9).
-        """
-        running = list(self.running.values())
-        cells = [cell for cell, _, _ in running] + list(self.queue)
-        workers = max(1, self.capacity(quiet=True))
-        if not cells:
-            return None
-        if all(cell.expected_s is not None for cell in cells):
-            prior = max((c.expected_s or 0.0 for c in self.cells), default=0.0)
-            took = prior + sum(t for t, _ in self.against_estimate)
-            expected = prior + sum(e for _, e in self.against_estimate)
-            scale = took / expected if expected > 0 else 1.0
-            now = self.clock()
-            running_left = sum(max(0.0, scale * cell.expected_s - (now - started)) for cell, started, _ in running)
-            return (running_left + scale * sum(cell.expected_s for cell in self.queue)) / workers
-        if not self.durations:
-            return None
-        return sum(self.durations) / len(self.durations) * math.ceil(len(cells) / workers)
+        """Seconds until the running and queued cells are done on this sweep's workers (``None``: no basis yet):
+        the sweep's estimator (:meth:`~rapt_audit.pipeline.estimates.Estimator.time_left`), which learns from each
+        cell that finishes, less what the running cells have already spent."""
+        now = self.clock()
+        running = [(cell, now - started) for cell, started, _ in self.running.values()]
+        return self.budget.estimator.time_left(running, list(self.queue), max(1, self.capacity(quiet=True)))
 
     def run(self) -> list[tuple[Cell, RunResult]]:
         """Run every pending cell and write each result; return all results in grid order.
@@ -223,13 +201,15 @@ class CellDriver:
         return done
 
     def out_of_time(self) -> bool:
-        """Whether the time budget stops new cells: once the longest cell so far does not fit, none starts again."""
-        if self.spent is None:
-            left = budget_spent(self.deadline, self.longest, self.clock)
+        """Whether the time budget stops new cells: once the next cell's estimate does not fit, none starts again."""
+        if self.spent is None and self.queue:
+            cell = self.queue[0]
+            left = self.budget.spent(cell)
             if left is not None:
-                self.spent = (self.longest, left)
-                self.log(f"time budget: {max(left, 0.0):.0f} s left and the longest cell so far took "
-                         f"{self.longest:.0f} s, so no further cell starts ({self.counts()})")
+                estimate = self.budget.estimate(cell)
+                self.spent = (float(estimate.seconds or 0.0), left)
+                self.log(f"time budget: {max(left, 0.0):.0f} s left and the next cell ({cell.label}) is estimated at "
+                         f"{self.spent[0]:.0f} s ({estimate.source}), so no further cell starts ({self.counts()})")
         return self.spent is not None
 
     def submit(self) -> None:
@@ -285,19 +265,15 @@ class CellDriver:
                 self.fail(cell, f"{type(exc).__name__}: {exc}", started)
                 return
         elapsed = self.clock() - started  # after the write: a cell costs the budget until its result is safe
-        self.durations.append(elapsed)
-        if cell.expected_s is not None:
-            self.against_estimate.append((elapsed, float(cell.expected_s)))
-        self.longest = max(self.longest or 0.0, elapsed)
+        self.budget.observe(cell, result, elapsed)
         self.ran += 1
         self.results[cell.name] = result
         self.index.mark(cell, "complete")
         self.say(cell, f"done in {duration(elapsed)} ({self.counts()})")
 
     def fail(self, cell: Cell, error: str, started: float) -> None:
-        """Mark a cell failed in ``sweep.json``; the sweep goes on and lists it at the end."""
-        # A cell that failed late (out of memory after minutes) took that long of the budget too.
-        self.longest = max(self.longest or 0.0, self.clock() - started)
+        """Mark a cell failed in ``sweep.json``; the sweep goes on and lists it at the end (its time is no estimate of
+        a cell that finishes, so the estimator does not learn from it; the budget's clock has counted it)."""
         self.failures[cell.name] = error
         self.index.mark(cell, "failed", error)
         self.say(cell, f"FAILED after {duration(self.clock() - started)}: {error} ({self.counts()})")

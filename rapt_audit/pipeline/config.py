@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 from rapt_audit.api.errors import UnknownNameError, UsageError
 from rapt_audit.api.params import canonical_params, coerce, to_jsonable
 from rapt_audit.api.parsing import FloatRangeError, check_seed, read_document
-from rapt_audit.api.plugins import ATTACKS, DEFENSES, load_for
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load_for, reference_defense
 from rapt_audit.api.registry import closest, unknown_name_message
 from rapt_audit.data import COLUMN_KEYS, is_file_dataset
 from rapt_audit.data.columns import normalize_columns
@@ -49,7 +49,8 @@ class RunConfig:
     """Everything that defines one run.
 
     Attributes:
-        defense: Registered defense name.
+        defense: Registered defense name (default: the no-privacy reference, ``identity``:
+            :func:`~rapt_audit.api.plugins.reference_defense`).
         attacks: Attack selection spec (``all``, ``a,b``, ``tag:x``, ``-name``).
         dataset: Registered dataset name, or the path of your own data file (CSV, TSV, JSON Lines,
             Parquet, or a ``save_to_disk`` directory); ``None`` picks ``sst2`` when a data directory
@@ -82,7 +83,7 @@ class RunConfig:
             attack that finishes, so, like ``device``, not in ``cell_id``.
     """
 
-    defense: str = "identity"
+    defense: str = field(default_factory=reference_defense)
     attacks: str = "all"
     dataset: str | None = None
     model: str = "minilm"

@@ -14,8 +14,9 @@ fails is marked ``failed`` while the others go on and the sweep then raises
 :class:`~rapt_audit.pipeline.sweep.CellsFailed`, and ``Ctrl-C`` stops the workers and keeps the
 finished cells. A worker that dies (killed, out of memory) breaks the pool: the cells it was
 running with are run again once, in a fresh pool. Under ``--time-budget`` a cell starts only while
-the longest cell so far, timed side by side with the others, fits in what is left; once one does
-not, the running cells finish and are written and the rest stay pending for the next call.
+its estimate (the sweep's one estimator, which learns from the cells timed side by side with the others)
+fits in what is left; once one does not, the running cells finish and are written and the rest stay
+pending for the next call.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ Ray runs the task again (``max_retries``); an exception raised by the run (a ``D
 is not retried: the cell is marked ``failed`` in ``sweep.json`` and the other cells go on. After the
 last cell the sweep raises :class:`~rapt_audit.pipeline.sweep.CellsFailed` listing the failed cells.
 ``Ctrl-C`` cancels the running tasks and keeps the finished cells, as an in-process sweep does.
-``--time-budget`` submits a cell only while the longest cell so far (timed by the driver, submit
-to write) fits in what is left; once one does not, the running tasks finish and are written and the
-rest stay pending for the next call.
+``--time-budget`` submits a cell only while its estimate (the sweep's one estimator, learning from the
+cells timed by the driver, submit to write) fits in what is left; once one does not, the running tasks
+finish and are written and the rest stay pending for the next call.
 
 Ray is an optional extra (``pip install 'rapt-audit[ray]'``), imported only when a Ray sweep runs.
 """

@@ -257,7 +257,7 @@ def signature(*, dataset: str, data_fingerprint: str, split_sizes: Mapping[str, 
     names = ",".join(
         name + (f"({','.join(f'{k}={v}' for k, v in sorted(given[name].items()))})" if given.get(name) else "")
         for name in sorted(attacks))
-    # Victim train/test, then attacker train/valid: the order the README documents.
+    # Victim train/test, then attacker train/valid: the order docs/output.md documents.
     order = ("victim_train", "victim_test", "attacker_train", "attacker_valid")
     sizes = "/".join(str(split_sizes.get(k, 0)) for k in order)
     minor = ".".join(package_version.split(".")[:2])

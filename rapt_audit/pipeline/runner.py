@@ -105,7 +105,7 @@ PAPER_ON_CPU = (
     "victim split, up to 6 epochs, 150 prompt tokens, every attack at full size); one such cell (identity on "
     "SST-2, every inversion attack) took 6 minutes on an H100 (reports/sst2-paper) and would take hours on a "
     "CPU (extrapolated: the cpu profile prompt-tunes 2,000 sentences of 64 tokens in about 35 s on 2 cores). "
-    "torch sees no CUDA device. Run it on a GPU machine (README: Running on a GPU), use --profile cpu, or pass "
+    "torch sees no CUDA device. Run it on a GPU machine (docs/gpu.md), use --profile cpu, or pass "
     "--device cpu to run the paper profile on this CPU anyway.")
 
 

@@ -9,9 +9,9 @@ so an interrupted sweep resumes where it stopped and loses nothing. ``<out>/swee
 the cells and is rewritten (atomically) after every cell. One process at a time: the sweep holds
 the lock of ``<out>`` and each running cell that of its own directory.
 
-With a time budget (``--time-budget SECONDS``) a sweep starts a cell only while the longest cell
-seen so far (run here, or its ``env.wall_time_s`` when it was finished before) still fits in what
-is left (:func:`~rapt_audit.pipeline.time_budget.budget_spent`; cells start freely while none has finished yet), and otherwise
+With a time budget (``--time-budget SECONDS``) a sweep starts a cell only while its estimate (the sweep's
+one estimator, :mod:`~rapt_audit.pipeline.estimates`: its pair's finished cells, else the best evidence) still
+fits in what is left (:class:`~rapt_audit.pipeline.time_budget.TimeBudget`; with no estimate, freely), and otherwise
 starts no further cell and stops with :class:`BudgetSpent`, its remaining cells pending: a machine
 lent for a limited time (a batch job's wall clock, a GPU call capped at minutes) ends between cells
 rather than in one, and the same command run again goes on from there. The rule is the same for
@@ -49,7 +49,7 @@ from rapt_audit.pipeline import runner as audit_runner
 from rapt_audit.pipeline.cell_limit import check_cell_count, count_cells
 from rapt_audit.pipeline.config import RunConfig, build_config, repeated_settings
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult
-from rapt_audit.pipeline.time_budget import budget_spent, longest_finished
+from rapt_audit.pipeline.time_budget import TimeBudget
 
 SWEEP_SCHEMA = "rapt-audit/sweep/1"
 SWEEP_INDEX = "sweep.json"
@@ -198,8 +198,8 @@ class BudgetSpent(RaptAuditError):
                  left: float, budget: float, failures: Sequence[tuple[Cell, str]] = ()) -> None:
         self.results, self.pending, self.failures = list(results), pending, list(failures)
         cells = "1 cell" if pending == 1 else f"{pending} cells"
-        message = (f"time budget of {budget:g} s: {max(left, 0.0):.0f} s left, and the longest cell so far "
-                   f"took {needed:.0f} s, so the {cells} left {'was' if pending == 1 else 'were'} not started; "
+        message = (f"time budget of {budget:g} s: {max(left, 0.0):.0f} s left, and the next cell is estimated "
+                   f"at {needed:.0f} s, so the {cells} left {'was' if pending == 1 else 'were'} not started; "
                    f"{len(results)} finished in {out}, and the same command run again goes on from there")
         if failures:
             listed = "\n".join(f"  {cell.label}: {error}" for cell, error in failures)
@@ -358,19 +358,21 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
     say = log or (lambda _msg: None)
     runner = runner or audit_runner.run  # looked up at call time, so a patched runner is honoured
     index = check_cells(cells, out=out, axes=axes, log=say)
-    longest = longest_finished(index.finished.values())
+    budget = TimeBudget(deadline, cells, out=out, finished=index.finished, clock=clock)  # the one estimator's rule
     results: list[tuple[Cell, RunResult]] = []
     failures: list[tuple[Cell, str]] = []
     for i, cell in enumerate(cells, 1):
         pending = index.status[cell.name] != "complete"
-        left = budget_spent(deadline, longest, clock) if pending else None
+        left = budget.spent(cell) if pending else None
         if left is not None:
             rest = cells[i - 1:]
             done = results + [(c, index.finished[c.name]) for c in rest if index.status[c.name] == "complete"]
             raise BudgetSpent(out=out, results=done,  # in grid order: the cells before this one, then finished ones
-                              needed=longest, left=left, budget=deadline[1], failures=failures,
+                              needed=budget.needed(cell), left=left, budget=deadline[1], failures=failures,
                               pending=sum(index.status[c.name] != "complete" for c in rest))
-        say(f"cell {i}/{len(cells)} {cell.label}: {'running' if pending else 'reusing'} {cell.config.out}")
+        rest = [c for c in cells[i - 1:] if index.status[c.name] == "pending"]  # this cell and those after it
+        say(f"cell {i}/{len(cells)} {cell.label}: {'running' if pending else 'reusing'} {cell.config.out}"
+            f"{budget.note([], rest) if pending else ''}")
         started = clock()
         try:
             result = runner(cell.config, log=log, progress=progress)
@@ -379,11 +381,9 @@ def _run_cells(cells: Sequence[Cell], *, out: Path, axes: Sequence[Axis], log: L
             say(f"cell {i}/{len(cells)} {cell.label}: failed, going on with the other cells: {message}")
             index.mark(cell, "failed", message)
             failures.append((cell, message))
-            if pending:  # a cell that failed late took that long of the budget too
-                longest = max(longest or 0.0, clock() - started)
             continue
         if pending:
-            longest = max(longest or 0.0, clock() - started)
+            budget.observe(cell, result, clock() - started)
         index.mark(cell, "complete")
         results.append((cell, result))
     if failures:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from rapt_audit.api.errors import PluginError, UsageError
-from rapt_audit.api.plugins import ATTACKS, DEFENSES, load, plugin_problem
+from rapt_audit.api.plugins import ATTACKS, DEFENSES, load, plugin_problem, reference_defense
 from rapt_audit.api.registry import Registry, unknown_name_message
 from rapt_audit.api.types import AttackResult, Skip
 from rapt_audit.data import Splits, SplitSizes, load_dataset, make_splits
@@ -290,13 +290,15 @@ def _defense_rules(battery: _Battery, defense: Any, params: dict[str, Any], ctx:
 
 
 def _target_defense(attack: Any, chosen: str | None) -> str:
-    """The defense the attack is checked against: ``chosen``, else identity, else the first that fits."""
+    """The defense the attack is checked against: ``chosen``, else the no-privacy reference (``identity``), else the
+    first that fits."""
     if chosen is not None:
         if not DEFENSES.get(chosen).exposes & attack.requires:
             raise UsageError(f"defense {chosen!r} releases {', '.join(sorted(DEFENSES.get(chosen).exposes))}; the "
                              f"attack needs {' or '.join(sorted(attack.requires))}: choose another with --defense")
         return chosen
-    for candidate in ["identity"] + [n for n in DEFENSES.names() if n != "identity"]:
+    reference = reference_defense()
+    for candidate in [reference] + [n for n in DEFENSES.names() if n != reference]:
         if DEFENSES.get(candidate).exposes & attack.requires:
             return candidate
     raise UsageError(f"no installed defense releases {' or '.join(sorted(attack.requires))}, which the attack needs")

@@ -138,7 +138,7 @@ class $cls(BaseAttack):
 ''')
 
 TEST = Template('''\
-"""rapt-audit's conformance battery on $name as installed (pip install -e . first)."""
+"""rapt-audit's conformance battery on $name as installed (pip install --no-deps -e . first)."""
 
 from rapt_audit.plugin import check_plugin
 
@@ -154,8 +154,8 @@ README = Template('''\
 $summary, registered as `$name`.
 
 ```bash
-# install it: this registers the entry point $name
-pip install -e .
+# install it: this registers the entry point $name (--no-deps: rapt-audit and numpy are installed already)
+pip install --no-deps -e .
 # the conformance battery (exit 0 when every rule passes): run it in CI too
 rapt-audit plugin check $name
 # the same battery, as a test

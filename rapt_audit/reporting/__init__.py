@@ -9,7 +9,8 @@ Owns: :mod:`~rapt_audit.reporting.collect` (finding and loading results),
 string from a file or the command line into Markdown), :mod:`~rapt_audit.reporting.check` and
 :mod:`~rapt_audit.reporting.claims` (+ its report section :mod:`~rapt_audit.reporting.claims_html`) and
 :mod:`~rapt_audit.reporting.slim` (result files without per-record parts). Nothing here runs
-an audit: everything is rendered from ``result.json`` files.
+an audit: everything is rendered from ``result.json`` files. Nothing here parses arguments either: the
+commands that call these modules are in :mod:`rapt_audit.cli` (``tests/test_architecture.py`` checks it).
 
 May import: :mod:`rapt_audit.api`, :mod:`rapt_audit.scoring`, :mod:`rapt_audit.mechanisms` (published
 reference tables) and :mod:`rapt_audit.pipeline` (the result file format).

@@ -29,7 +29,8 @@ measures that keep none, such as the mutual-information bound): each standard er
 
 An attack that was measured in the baseline but is skipped or absent now is also a regression (the
 gate must not pass because a check stopped running), and so is one that now failed (raised, or broke
-its contract: the result holds ``{"failed": message}``). Gains are reported, never failures.
+its contract: the result holds ``{"failed": message}``). Gains are reported, never failures. Both rules
+are coded once, in rapt_audit/scoring/significance.py, with the claims' and the benchmark's.
 
 Per component (issue #62): each baseline cell is compared only where the code here can have moved it. A
 cell whose core, defense and attacks hash alike here is *unchanged by construction* and needs no new run
@@ -45,12 +46,8 @@ comparability signature differs from its baseline's in more than its code).
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-import zlib
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any, Callable, Collection, Sequence
 
 from rapt_audit.api.components import CellCode, current_code
@@ -60,23 +57,17 @@ from rapt_audit.api.types import AttackFailure, AttackResult, Estimate
 from rapt_audit.pipeline.config import settings_id
 from rapt_audit.pipeline.results import RunResult, signature_fields
 from rapt_audit.reporting.baseline import BASELINE_SCHEMA, read_baseline, run_label, write_baseline
-from rapt_audit.reporting.collect import collect
-from rapt_audit.reporting.gate_cells import (
-    CellPlan,
-    format_plan,
-    missing_message,
-    new_run_warning,
-    plan_cells,
-    summary_line,
-)
+from rapt_audit.reporting.gate_cells import CellPlan, missing_message, new_run_warning, plan_cells
 from rapt_audit.scoring.metrics import METRICS
-from rapt_audit.scoring.stats import paired_drop
+from rapt_audit.scoring.significance import (
+    DEFAULT_PAIRED_TOLERANCE,
+    DEFAULT_TOLERANCE,
+    DEFAULT_Z,
+    compare_estimates,
+    compare_paired,
+    seed_of,
+)
 
-DEFAULT_Z = 1.96
-DEFAULT_TOLERANCE = 0.005
-DEFAULT_PAIRED_TOLERANCE = 0.001
-#: Paired bootstrap resamples: enough for a stable 2.5 % quantile of the drop.
-PAIRED_RESAMPLES = 2000
 #: Statuses that fail the gate.
 FAILING = frozenset({"regressed", "missing", "records", "failed"})
 
@@ -103,43 +94,6 @@ class Comparison:
         return self.base.value - self.new.value
 
 
-def standard_error(est: Estimate) -> float:
-    """The standard error implied by a two-sided interval at ``est.level`` (normal approximation)."""
-    z = NormalDist().inv_cdf(0.5 + est.level / 2)
-    return max(0.0, est.ci_high - est.ci_low) / (2 * z)
-
-
-def unpaired_half_width(a: Estimate, b: Estimate, *, z: float = DEFAULT_Z) -> float:
-    """Half the width of the interval of ``a − b`` from their two intervals as independent estimates."""
-    return z * math.hypot(standard_error(a), standard_error(b))
-
-
-def compare_estimates(base: Estimate, new: Estimate, *, higher_is_better: bool, z: float = DEFAULT_Z,
-                      tolerance: float = DEFAULT_TOLERANCE) -> tuple[str, float]:
-    """``(status, allowed_drop)`` for one measure under the gate's rule (see the module docstring)."""
-    allowed = unpaired_half_width(base, new, z=z) + tolerance
-    worse = (base.value - new.value) if higher_is_better else (new.value - base.value)
-    if worse > allowed:
-        return "regressed", allowed
-    return ("improved" if -worse > allowed else "ok"), allowed
-
-
-def compare_paired(base: Estimate, new: Estimate, *, higher_is_better: bool, z: float = DEFAULT_Z,
-                   tolerance: float = DEFAULT_PAIRED_TOLERANCE, seed: int = 0) -> tuple[str, float]:
-    """``(status, lower bound of the drop)`` under the paired rule (see the module docstring).
-
-    ``status`` is ``"records"`` when the runs scored different numbers of records.
-    """
-    assert base.per_record is not None and new.per_record is not None
-    if len(base.per_record) != len(new.per_record) or new.n < base.n:
-        return "records", math.nan
-    _, lower, upper = paired_drop(base.per_record, new.per_record, higher_is_better=higher_is_better, z=z,
-                                  seed=seed, resamples=PAIRED_RESAMPLES)
-    if lower > tolerance:
-        return "regressed", lower
-    return ("improved" if upper < -tolerance else "ok"), lower
-
-
 def _privacy_measures(outcome: Any) -> dict[str, tuple[Estimate, bool]]:
     """The headline empirical privacy plus every attack metric registered as a privacy measure."""
     load()  # plugins register the metrics they introduce (reconstruction_mse, ...)
@@ -158,7 +112,7 @@ def compare_measure(label: str, attack: str, metric: str, est: Estimate, new_est
     records is status ``records`` (a weaker check, never a wider interval)."""
     if est.per_record is not None and new_est.per_record is not None:
         status, lower = compare_paired(est, new_est, higher_is_better=higher_is_better, z=z,
-                                       tolerance=paired_tolerance, seed=zlib.crc32(seed_key.encode("utf-8")))
+                                       tolerance=paired_tolerance, seed=seed_of(seed_key))
         return Comparison(label, attack, metric, est, new_est, paired_tolerance, status, "paired", lower)
     if new_est.n < est.n:
         return Comparison(label, attack, metric, est, new_est, math.nan, "records")
@@ -304,12 +258,12 @@ def format_comparisons(comparisons: Sequence[Comparison]) -> str:
         if c.status in {"missing", "failed"}:
             line += f"   ({c.new})"
         elif c.status == "records":
-            line += f"   ({_records_note(c)})"
+            line += f"   ({records_note(c)})"
         lines.append(line)
     return "\n".join(lines)
 
 
-def _records_note(c: Comparison) -> str:
+def records_note(c: Comparison) -> str:
     """Why a comparison has status ``records``: the counts of records scored now and in the baseline."""
     def count(est: Estimate) -> int:
         return len(est.per_record) if est.per_record is not None else est.n
@@ -319,77 +273,6 @@ def _records_note(c: Comparison) -> str:
             "records")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the ``check`` sub-command."""
-    p = sub.add_parser("check", help="privacy-regression gate: exit 1 when empirical privacy drops beyond noise",
-                       description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories (or result files) to check")
-    p.add_argument("--baseline", required=True, metavar="BASELINE.json", help="baseline file to compare against")
-    p.add_argument("--write-baseline", action="store_true",
-                   help="record RUN_DIRS as the new baseline in BASELINE.json instead of checking")
-    p.add_argument("--z", type=float, default=DEFAULT_Z, help=f"noise multiplier of the rule (default {DEFAULT_Z})")
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
-                   help=f"unpaired rule: absolute slack added to the allowed drop (default {DEFAULT_TOLERANCE})")
-    p.add_argument("--paired-tolerance", type=float, default=DEFAULT_PAIRED_TOLERANCE,
-                   help="paired rule: the drop's lower confidence bound must exceed this to fail "
-                        f"(default {DEFAULT_PAIRED_TOLERANCE})")
-    p.add_argument("--allow-signature-change", action="store_true",
-                   help="compare runs whose comparability signature differs from the baseline's (with a warning)")
-    p.add_argument("--allow-dirty-baseline", action="store_true",
-                   help="record or read a baseline whose runs came from a tree with uncommitted changes (refused "
-                        "by default: a reference names its commit)")
-    p.add_argument("--note", default="", help="with --write-baseline: a note stored in the file")
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """Entry of ``rapt-audit check``: 0 no regression, 1 regression, 2 unusable input."""
-    if args.write_baseline:
-        results = write_baseline(args.baseline, args.runs, rule={"z": DEFAULT_Z, "tolerance": DEFAULT_TOLERANCE},
-                                 note=args.note, allow_dirty=args.allow_dirty_baseline)
-        print(f"recorded {len(results)} run(s) as the baseline in {args.baseline}")
-        return 0
-    baseline = read_baseline(args.baseline, allow_dirty=args.allow_dirty_baseline)
-    coll = collect(args.runs, calibrations=False)
-    if coll.problems:  # a gate must not pass over an input it could not read
-        raise ResultError("; ".join(p.message for p in coll.problems))
-    outcome = run_gate(baseline, [i.result for i in coll.results], z=args.z, tolerance=args.tolerance,
-                       paired_tolerance=args.paired_tolerance, allow_signature_change=args.allow_signature_change,
-                       baseline_name=args.baseline)
-    comparisons = outcome.comparisons
-    for w in outcome.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    print(f"privacy-regression gate against {args.baseline}: {summary_line(outcome.plans)}")
-    if detail := format_plan(outcome.plans):
-        print(detail)
-    level = NormalDist().cdf(args.z)
-    print(f"rule: paired (same records): regression when the "
-          f"{level:.1%} lower bound of the drop > {args.paired_tolerance:g}; unpaired (no per-record outcomes): "
-          f"when baseline − now > {args.z:g}·sqrt(se_base² + se_now²) + {args.tolerance:g}")
-    print(format_comparisons(comparisons))
-    bad = [c for c in comparisons if c.status in FAILING]
-    if bad:
-        print(f"FAILED: {len(bad)} privacy measure(s) regressed, lost records, failed or stopped being measured:",
-              file=sys.stderr)
-        for c in bad:
-            if c.status == "regressed" and c.test == "paired":
-                print(f"  {c.run}: {c.attack} {c.metric} fell from {c.base.value:.4f} to {c.new.value:.4f} "
-                      f"(drop {c.drop:.4f}; paired lower bound {c.bound:.4f} > {c.allowed:g})", file=sys.stderr)
-            elif c.status == "regressed":
-                print(f"  {c.run}: {c.attack} {c.metric} fell from {c.base.value:.4f} to {c.new.value:.4f} "
-                      f"(drop {c.drop:.4f} > allowed {c.allowed:.4f})", file=sys.stderr)
-            elif c.status == "records":
-                print(f"  {c.run}: {c.attack} {c.metric}: {_records_note(c)}", file=sys.stderr)
-            elif c.status == "failed":
-                print(f"  {c.run}: {c.attack} {c.metric} was measured in the baseline and now {c.new}", file=sys.stderr)
-            else:
-                print(f"  {c.run}: {c.attack} {c.metric} is no longer measured ({c.new})", file=sys.stderr)
-        return 1
-    fresh = sum(1 for p in outcome.plans if not p.stale and p.new is None)
-    print(f"passed: {len(comparisons)} privacy measure(s) within noise of the baseline" +
-          (f"; {fresh} baseline cell(s) unchanged by construction" if fresh else ""))
-    return 0
-
-
-__all__ = ["BASELINE_SCHEMA", "Comparison", "GateOutcome", "add_parser", "cmd_check", "compare_estimates",
-           "compare_measure", "compare_paired", "compare_runs", "gate", "read_baseline", "run_gate", "run_label",
-           "standard_error", "write_baseline"]
+__all__ = ["BASELINE_SCHEMA", "FAILING", "Comparison", "GateOutcome", "compare_measure", "compare_runs",
+           "format_comparisons", "gate", "read_baseline", "records_note", "run_gate", "run_label", "signature_changes",
+           "signature_diff", "write_baseline"]

@@ -31,22 +31,22 @@ reporting layer's own modules.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import zlib
+from importlib import resources
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Sequence
 
-from rapt_audit.api.plugins import ATTACKS, load as load_plugins
+from rapt_audit.api.parsing import tomllib
+from rapt_audit.api.plugins import ATTACKS, capabilities_of, load as load_plugins
 from rapt_audit.api.types import AttackResult, Estimate
 from rapt_audit.pipeline.tidy import params_json
-from rapt_audit.reporting.check import unpaired_half_width
-from rapt_audit.reporting.collect import collect
+from rapt_audit.reporting.collect import Loaded
 from rapt_audit.reporting.markdown import markdown_text
 from rapt_audit.reporting.paired_rows import attack_metric_measures, privacy_measures, utility_measures
 from rapt_audit.reporting.summary import Group, Row, group_results
-from rapt_audit.scoring.hierarchical import Measure, paired_difference
+from rapt_audit.scoring.hierarchical import Measure
+from rapt_audit.scoring.significance import paired_interval, seed_of, unpaired_interval
 from rapt_audit.scoring.worst_case import MEASURE
 
 #: Two defenses count as equally private when the 95 % interval of their difference in empirical
@@ -55,6 +55,11 @@ EQUIVALENCE_MARGIN = 0.05
 #: A utility counts as not lower than another when the 95 % interval of the difference stays above
 #: minus this (one point of accuracy).
 NON_INFERIORITY_MARGIN = 0.01
+
+#: Whose claims are judged: the defenses each of the papers' claims names (``paper_claims.toml``, data beside this
+#: module, so core code names no built-in defense; a claim about defenses a grid did not run is "not evaluable").
+PAPER_CLAIMS: dict = tomllib.loads(resources.files("rapt_audit.reporting").joinpath("paper_claims.toml")
+                                   .read_text(encoding="utf-8"))
 STATUSES = ("supported", "not supported", "inconclusive", "not evaluable")
 
 
@@ -112,20 +117,16 @@ def difference(a: Row, b: Row, measure: Measured, label: str) -> Difference | No
     ea, eb = measure(a), measure(b)
     if ea is None or eb is None:
         return None
-    diff = ea.value - eb.value
     ma, mb = measure.per_seed(a), measure.per_seed(b)
     if ma is not None and mb is not None and ma and set(ma) == set(mb):
-        return paired(label, ma, mb, diff)
-    half = unpaired_half_width(ea, eb)
-    return Difference(label, diff, diff - half, diff + half, "unpaired")
+        return paired(label, ma, mb, ea.value - eb.value)
+    return Difference(label, *unpaired_interval(ea, eb), "unpaired")
 
 
 def paired(label: str, a: Mapping[int, Measure], b: Mapping[int, Measure], value: float | None = None) -> Difference:
     """``a − b`` (seed → measure, the same seeds) with its hierarchical paired 95 % interval (seeded by the label),
     reported at ``value`` (default: the mean of the per-seed differences); the interval always holds the value."""
-    found = paired_difference(a, b, seed=zlib.crc32(label.encode("utf-8")))
-    value = found.value if value is None else value
-    return Difference(label, value, min(found.ci_low, value), max(found.ci_high, value), "paired")
+    return Difference(label, *paired_interval(a, b, seed=seed_of(label), value=value), "paired")
 
 
 def _utility_estimate(row: Row) -> Estimate | None:
@@ -193,7 +194,7 @@ def privacy_rises(groups: Sequence[Group]) -> Verdict:
     for group in groups:
         series: dict[tuple[str, str], list[Row]] = {}
         for row in group.rows:
-            if _eta(row) is not None and row.defense != "identity":
+            if _eta(row) is not None and not capabilities_of(row.defense).reference:
                 series.setdefault((row.defense, _others(row)), []).append(row)
         for (defense, _), rows in series.items():
             rows.sort(key=lambda r: -_eta(r))  # ∞ first
@@ -206,7 +207,7 @@ def privacy_rises(groups: Sequence[Group]) -> Verdict:
                   what="significantly higher at the lower η")
 
 
-def equally_private(groups: Sequence[Group], a: str = "pct2t", b: str = "t2t") -> Verdict:
+def equally_private(groups: Sequence[Group], a: str, b: str) -> Verdict:
     """``a`` and ``b`` equally private at the same η, within :data:`EQUIVALENCE_MARGIN`, for every attack."""
     m = EQUIVALENCE_MARGIN
     diffs = []
@@ -240,11 +241,11 @@ def utility_not_lower(groups: Sequence[Group], a: str, b: str) -> Verdict:
                   against=lambda d: d.high < -m, what=f"interval above −{m:g}")
 
 
-def reconstruction_helps(groups: Sequence[Group]) -> Verdict:
-    """RAPT with its reconstruction head against RAPT without it, same η and other settings."""
+def reconstruction_helps(groups: Sequence[Group], defense: str) -> Verdict:
+    """``defense`` with its reconstruction head against itself without it, same η and other settings."""
     diffs = []
     for group in groups:
-        rapt = [r for r in group.rows if r.defense == "rapt" and _eta(r) is not None]
+        rapt = [r for r in group.rows if r.defense == defense and _eta(r) is not None]
         for on in (r for r in rapt if r.params.get("reconstruction", True) is True):
             for off in (r for r in rapt if r.params.get("reconstruction") is False and _eta(r) == _eta(on)
                         and _others(r, "reconstruction") == _others(on, "reconstruction")):
@@ -254,8 +255,7 @@ def reconstruction_helps(groups: Sequence[Group]) -> Verdict:
                   against=lambda d: d.high < 0, what="significantly higher with it")
 
 
-def pareto_dominates(groups: Sequence[Group], winner: str = "rapt",
-                     others: Sequence[str] = ("cape", "dpnr")) -> Verdict:
+def pareto_dominates(groups: Sequence[Group], winner: str, others: Sequence[str]) -> Verdict:
     """Every setting of ``others`` is matched or beaten in both utility and privacy by some ``winner`` setting."""
     claim = f"{winner.upper()} Pareto-dominates {' and '.join(o.upper() for o in others)}"
     checked, beaten, lines = 0, 0, []
@@ -302,10 +302,24 @@ def attack_as_strong(groups: Sequence[Group], strong: str = "bayes_inversion",
 
 
 def evaluate(groups: Sequence[Group]) -> list[Verdict]:
-    """Every claim of the module docstring, in that order."""
-    return [privacy_rises(groups), equally_private(groups), utility_higher(groups, "pct2t", "t2t"),
-            utility_not_lower(groups, "rapt", "pct2t"), reconstruction_helps(groups), pareto_dominates(groups),
+    """Every claim of the module docstring, in that order, about the defenses :data:`PAPER_CLAIMS` names."""
+    c = PAPER_CLAIMS
+    return [privacy_rises(groups), equally_private(groups, **c["equally_private"]),
+            utility_higher(groups, **c["utility_higher"]), utility_not_lower(groups, **c["utility_not_lower"]),
+            reconstruction_helps(groups, **c["reconstruction_helps"]), pareto_dominates(groups, **c["pareto_dominates"]),
             attack_as_strong(groups)]
+
+
+def judge(results: Sequence[Loaded]) -> list[Verdict]:
+    """Every claim judged on stored results, their rows grouped as every table groups them
+    (:func:`~rapt_audit.reporting.summary.group_results`): the one entry of ``rapt-audit claims`` and of a benchmark's
+    ``claims.md`` (handed a benchmark's joined results, :mod:`rapt_audit.benchmark.claims`)."""
+    return evaluate(group_results(results))
+
+
+def format_json(verdicts: Sequence[Verdict]) -> str:
+    """The verdicts as JSON (``rapt-audit claims --format json``): each claim, status, summary and comparison."""
+    return json.dumps([asdict(v) for v in verdicts], indent=2) + "\n"
 
 
 def format_markdown(verdicts: Sequence[Verdict]) -> str:
@@ -325,25 +339,5 @@ def format_markdown(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the ``claims`` sub-command."""
-    p = sub.add_parser("claims", help="whether the papers' claims hold in stored results, with the numbers")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories (or result files)")
-    p.add_argument("--format", choices=["md", "json"], default="md", help="Markdown (default) or JSON")
-
-
-def cmd_claims(args: argparse.Namespace) -> int:
-    """Entry of ``rapt-audit claims``."""
-    coll = collect(args.runs)
-    coll.require_results("claims")
-    coll.warn_problems()
-    verdicts = evaluate(group_results(coll.results))
-    if args.format == "json":
-        print(json.dumps([asdict(v) for v in verdicts], indent=2))
-    else:
-        print(format_markdown(verdicts), end="")
-    return 0
-
-
-__all__ = ["EQUIVALENCE_MARGIN", "NON_INFERIORITY_MARGIN", "Difference", "Verdict", "add_parser", "attack_as_strong",
-           "cmd_claims", "difference", "evaluate", "format_markdown", "paired"]
+__all__ = ["EQUIVALENCE_MARGIN", "NON_INFERIORITY_MARGIN", "Difference", "Verdict", "attack_as_strong", "difference",
+           "evaluate", "format_json", "format_markdown", "judge", "paired"]

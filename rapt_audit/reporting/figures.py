@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from rapt_audit.api.plugins import capabilities_of
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.pareto import Point, pareto_front
 from rapt_audit.reporting.summary import Group, Row, is_local_baseline, safe_id
@@ -29,10 +30,6 @@ from rapt_audit.reporting.summary import Group, Row, is_local_baseline, safe_id
 #: Colour-blind-safe palette (Okabe–Ito) without its yellow, which does not read on white.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-#: The built-in defenses, each with a fixed place: its colour and marker are the same in every figure of every
-#: report (a new built-in is appended, so the others keep theirs).
-BUILT_IN_STYLES = ("identity", "t2t", "pct2t", "rapt", "embedding", "snd", "cape", "dpnr", "santext", "custext",
-                   "tem", "mahalanobis", "vickrey", "local")
 #: How many of the 56 places (colour × marker) plugins hash into, counted down from the last.
 PLUGIN_PLACES = 32
 #: Figures are drawn for print and zoom: 200 dpi (110 before; the PNGs looked blurred at twice the size).
@@ -42,14 +39,14 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def defense_style(defense: str) -> tuple[str, str]:
-    """The colour and marker ``defense`` has in every figure: by its place among :data:`BUILT_IN_STYLES`, a
-    plugin's by a hash of its name into the places counted down from the last (the same in every report, whatever
-    built-ins are added). Every place is another pair of colour and marker: place ``i`` takes colour ``i mod 7``
-    and marker ``(i // 7 + i mod 7) mod 8``, 56 pairs in all."""
+    """The colour and marker ``defense`` has in every figure: by the place a built-in declares (its capabilities'
+    ``figure_place``: a new built-in takes the next, so the others keep theirs), a plugin's by a hash of its name into
+    the places counted down from the last (the same in every report, whatever built-ins are added). Every place is
+    another pair of colour and marker: place ``i`` takes colour ``i mod 7`` and marker ``(i // 7 + i mod 7) mod 8``,
+    56 pairs in all."""
     places = len(PALETTE) * len(MARKERS)
-    if defense in BUILT_IN_STYLES:
-        place = BUILT_IN_STYLES.index(defense)
-    else:  # the 32 last places: the built-ins may grow to 24 before they meet
+    place = capabilities_of(defense).figure_place
+    if place is None:  # the 32 last places: the built-ins may grow to 24 before they meet
         place = places - 1 - zlib.crc32(defense.encode("utf-8")) % PLUGIN_PLACES
     colour = place % len(PALETTE)
     return PALETTE[colour], MARKERS[(place // len(PALETTE) + colour) % len(MARKERS)]
@@ -156,9 +153,8 @@ def pareto_figure(group: Group, attack: str, utility: str, *, stem: str) -> Figu
             ax.axvline(p.utility, color="0.6", linestyle=":", linewidth=1)
     # Sending nothing (the local-only baselines): a vertical line at each client's utility; a setting left of it
     # gives up privacy for less than the client has alone.
-    local_colour, _ = defense_style("local")
     for row in (r for r in group.rows if is_local_baseline(r.defense) and utility in r.utility):
-        ax.axvline(row.utility[utility].value, color=local_colour, linestyle="-.", linewidth=1.1,
+        ax.axvline(row.utility[utility].value, color=defense_style(row.defense)[0], linestyle="-.", linewidth=1.1,
                    label=f"sending nothing ({_label(row.setting)}): {row.utility[utility].value:.3f}")
     fpts = sorted((points[i] for i in front), key=lambda p: p.utility)
     ax.plot([p.utility for p in fpts], [p.privacy for p in fpts], color="black", linewidth=2.2, alpha=0.35,
@@ -259,5 +255,5 @@ def pick_utility(group: Group, preferred: Sequence[str] = ("accuracy",)) -> str 
     return names[0] if names else None
 
 
-__all__ = ["BUILT_IN_STYLES", "DPI", "Figure", "defense_style", "deniability_figure", "group_figures", "pareto_figure",
+__all__ = ["DPI", "Figure", "defense_style", "deniability_figure", "group_figures", "pareto_figure",
            "pareto_points", "pick_utility", "replacement_figure"]

@@ -7,33 +7,34 @@ and each attack's empirical privacy with its 95 % interval, and a link to the HT
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 from urllib.parse import quote
 
-from rapt_audit.api.errors import UsageError
 from rapt_audit.api.files import write_text_atomic
 from rapt_audit.api.outputs import check_outputs
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.collect import Collection, collect
+from rapt_audit.reporting.group_tables import row_label, summary_table
 from rapt_audit.reporting.markdown import markdown_text
-from rapt_audit.reporting.summary import Group, fmt_estimate, fmt_outcome, group_results, is_estimator
-from rapt_audit.scoring.metrics import arrow
+from rapt_audit.reporting.summary import Group, group_results, is_estimator
+from rapt_audit.reporting.table import Cell, Code, Column, Foreign, Line, Table, Tag, measure_cell, table
+from rapt_audit.reporting.table_render import markdown_of, to_markdown
 
 
 def _name(name: str) -> str:
     """A name or signature as code when it holds no markup, else as escaped text (a backtick would end the code)."""
-    return f"`{name}`" if re.fullmatch(r"[\w.:@/=,+|%()-]+", str(name)) else markdown_text(name)
+    return markdown_of(Code(str(name)))
 
 
 def git_states(shas: Sequence[str]) -> str:
-    """The git states results ran from, short (``-dirty`` kept): three named and the rest counted, since a grid run
-    in slices over several sessions ran from dozens of commits."""
-    short = [s if s.startswith("not ") else s[:12] + ("-dirty" if s.endswith("-dirty") else "") for s in shas]
+    """The git states results ran from, short (``-dirty`` kept), each counted once: three named and the rest counted,
+    since a grid run in slices over several sessions ran from dozens of commits. A caller that names them twice (a
+    benchmark's header and its "ran" line) passes the same list to both, so the counts agree (issue #65)."""
+    short = list(dict.fromkeys(s if s.startswith("not ") else s[:12] + ("-dirty" if s.endswith("-dirty") else "")
+                               for s in sorted(set(shas))))
     return ", ".join(short[:3]) + (f" and {len(short) - 3} more" if len(short) > 3 else "")
 
 
@@ -42,92 +43,86 @@ def _link(report: str | None, anchor: str) -> str:
     return f"[report]({quote(report)}#{anchor})" if report else ""
 
 
-def group_table(group: Group, *, report: str | None) -> list[str]:
-    """The Markdown lines of one signature group: heading, facts, table, notes."""
+def _heading(group: Group, *, report: str | None) -> list[str]:
+    """A group's heading and its signature line."""
     first = group.first
     ds = first.dataset
-    measured = group.measured_attacks
     splits = "/".join(markdown_text(ds.get("splits", {}).get(k, "?"))
                       for k in ("victim_train", "victim_test", "attacker_train", "attacker_valid"))
-    lines = [f"## {markdown_text(ds.get('name'))} · profile {markdown_text(first.config.get('profile'))} · "
-             f"model {markdown_text(first.config.get('model'))}",
-             "",
-             f"Signature {_name(group.signature)} · splits victim train/test, attacker train/valid = {splits}"
-             + (f" · {_link(report, group.anchor)}" if report else ""), ""]
+    return [f"## {markdown_text(ds.get('name'))} · profile {markdown_text(first.config.get('profile'))} · "
+            f"model {markdown_text(first.config.get('model'))}",
+            "",
+            f"Signature {_name(group.signature)} · splits victim train/test, attacker train/valid = {splits}"
+            + (f" · {_link(report, group.anchor)}" if report else ""), ""]
+
+
+def _not_applicable(group: Group) -> list[str]:
+    if not group.skipped_attacks:
+        return []
+    return ["", "Not applicable here: " + "; ".join(
+        f"{_name(a)} ({markdown_text(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
+
+
+def group_table(group: Group, *, report: str | None) -> list[str]:
+    """The Markdown lines of one signature group: heading, facts, the per-setting table
+    (:func:`~rapt_audit.reporting.group_tables.summary_table`, the report's own), notes."""
+    lines = _heading(group, report=report)
     if any(r.synthetic for r in group.rows):
         lines += ["> **WARNING: SYNTHETIC DEMO DATA.** These rows come from the generated demo corpus and say "
                   "nothing about real-world privacy.", ""]
-    util = group.utility_metrics
-    # Each utility's declared direction (an error such as embedding_mse is lower-is-better), as the console says.
-    head = ["defense", "setting", "seeds"] + [f"{markdown_text(m)} {arrow(m)}".rstrip() for m in util]
-    # An attack whose headline is its own measure (ae_inversion's reconstruction MSE) says so in its column.
-    # An audit estimator (mutual_info) is no adversary: marked, after the attacks.
-    head += [f"{markdown_text(a)} ↑"
-             + ("" if group.measure_note(a) is None else f" ({markdown_text(group.headline(a))})")
-             + (" (estimator)" if is_estimator(a) else "") for a in measured]
-    head += ["report"] if report else []
-    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3 - bool(report))
-                                                             + (["---"] if report else [])) + "|"]
-    for row in group.rows:
-        cells = [row.defense + (" (no privacy)" if row.no_privacy else ""), row.setting,
-                 ",".join(map(str, row.seeds))]
-        cells += [fmt_estimate(row.utility[m]) if m in row.utility else "—" for m in util]
-        # A failure's message comes from a plugin: escaped like every other text from a result file.
-        cells += [fmt_estimate(o) if isinstance(o := row.privacy.get(a), Estimate) else markdown_text(fmt_outcome(o))
-                  for a in measured]
-        if report:
-            cells.append(_link(report, row.anchor))
-        cells[:2] = [markdown_text(c) for c in cells[:2]]  # the defense and setting come from the result file
-        lines.append("| " + " | ".join(cells) + " |")
-    measures = {a: note for a in measured if (note := group.measure_note(a))}
+    lines += to_markdown(summary_table(group, report=report))
+    measures = {a: note for a in group.measured_attacks if (note := group.measure_note(a))}
     if measures:
         lines += ["", "Not 1 − attack success: " + "; ".join(
             f"{_name(a)} reports {markdown_text(note)}" for a, note in measures.items()) + "."]
-    if group.skipped_attacks:
-        lines += ["", "Not applicable here: " + "; ".join(
-            f"{_name(a)} ({markdown_text(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
-    return lines + [""]
+    return lines + _not_applicable(group) + [""]
+
+
+#: The columns of a long table: a line per setting and measure.
+LONG_COLUMNS = (Column("defense"), Column("setting"), Column("seeds"), Column("measure"), Column("metric"),
+                Column("value [95 %]", numeric=True))
+
+
+def long_tables(group: Group) -> tuple[Table, Table | None]:
+    """One signature group as long tables (issue #40 item 3): a line per defense setting and measure, then a
+    defense's own diagnostics (utility variants such as SnD's ``accuracy.client_only``) apart (None without any)."""
+    main: list[Line] = []
+    own: list[Line] = []
+    for row in group.rows:
+        first = (row_label(row), Cell(Foreign(row.setting)), Cell(",".join(map(str, row.seeds))))
+        for name, est in row.utility.items():
+            (own if "." in name else main).append(Line((*first, Cell("utility"), measure_cell(name), Cell(est))))
+        for attack in group.measured_attacks:
+            outcome = row.privacy.get(attack)
+            if isinstance(outcome, Estimate):
+                which = Cell(Foreign(attack), tags=(Tag("estimator"),) if is_estimator(attack) else ())
+                main.append(Line((*first, which, measure_cell(group.headline(attack)), Cell(outcome))))
+    return table(LONG_COLUMNS, main, labels=3), table(LONG_COLUMNS, own, labels=3) if own else None
 
 
 def long_table(group: Group, *, report: str | None) -> list[str]:
     """One signature group as a long table (issue #40 item 3): a line per defense setting and measure — ``defense |
     setting | seeds | measure | metric | value [95 %]`` — in place of a column per measure (27 columns, most of them
-    one defense's, on the CPU benchmark). A defense's own diagnostics (utility variants such as SnD's
-    ``accuracy.client_only``) follow in a section of their own."""
-    lines = group_table(group, report=report)[:2 + 2]  # the heading and the signature line
-    lines += ["| defense | setting | seeds | measure | metric | value [95 %] |", "|---|---|---|---|---|---:|"]
-    own: list[str] = []
-    for row in group.rows:
-        first = [markdown_text(row.defense + (" (no privacy)" if row.no_privacy else "")), markdown_text(row.setting),
-                 ",".join(map(str, row.seeds))]
-        for name, est in row.utility.items():
-            line = "| " + " | ".join(first + ["utility", f"{markdown_text(name)} {arrow(name)}".rstrip(),
-                                              fmt_estimate(est)]) + " |"
-            (own if "." in name else lines).append(line)
-        for attack in group.measured_attacks:
-            outcome = row.privacy.get(attack)
-            if isinstance(outcome, Estimate):
-                metric = group.headline(attack)
-                lines.append("| " + " | ".join(first + [markdown_text(attack) + (" (estimator)" if is_estimator(attack)
-                                                                                 else ""),
-                                                        f"{markdown_text(metric)} {arrow(metric)}".rstrip(),
-                                                        fmt_estimate(outcome)]) + " |")
-    if own:
+    one defense's, on the CPU benchmark). A defense's own diagnostics follow in a table of their own."""
+    main, own = long_tables(group)
+    lines = _heading(group, report=report) + to_markdown(main)
+    if own is not None:
         lines += ["", "A defense's own diagnostics (variants of its utility it reports beside the service's):", "",
-                  "| defense | setting | seeds | measure | metric | value [95 %] |", "|---|---|---|---|---|---:|", *own]
-    if group.skipped_attacks:
-        lines += ["", "Not applicable here: " + "; ".join(
-            f"{_name(a)} ({markdown_text(reason)})" for a, reason in group.skipped_attacks.items()) + "."]
-    return lines + [""]
+                  *to_markdown(own)]
+    return lines + _not_applicable(group) + [""]
 
 
 def render_leaderboard(coll: Collection, *, report: str | None = None, title: str = "rapt-audit leaderboard",
-                       preamble: str = "", headline: str = "", long: bool = False) -> str:
+                       preamble: str = "", headline: str = "", long: bool = False,
+                       shas: Sequence[str] | None = None) -> str:
     """The Markdown text of the leaderboard for the results in ``coll``; ``headline`` (a benchmark's first screen)
-    comes right under the title, before any provenance or method; ``long`` writes each group as :func:`long_table`."""
+    comes right under the title, before any provenance or method; ``long`` writes each group as :func:`long_table`;
+    ``shas``: the git states the results ran from, where the caller knows them better than each result's
+    ``env.git_sha`` (a benchmark's joined row records its task cell's only; default: the results')."""
     groups = group_results(coll.results)
     profiles = sorted({markdown_text(i.result.config.get("profile")) for i in coll.results})
-    shas = sorted({str(i.result.env.get("git_sha") or "not a git checkout") for i in coll.results})
+    if shas is None:
+        shas = [str(i.result.env.get("git_sha") or "not a git checkout") for i in coll.results]
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# {markdown_text(title)}", ""] + ([headline.rstrip(), ""] if headline else []) + [
              f"**Profile: {', '.join(profiles)}.** {len(coll.results)} result file(s) in {len(groups)} comparable "
@@ -177,30 +172,5 @@ def write_leaderboard(paths: Sequence[str | Path], *, out: str | Path, report: s
     return out, coll
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the ``leaderboard`` sub-command."""
-    p = sub.add_parser("leaderboard", help="Markdown leaderboard of stored results, one table per signature")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories (or result files)")
-    p.add_argument("-o", "--out", default="leaderboard.md", help="Markdown file to write (default leaderboard.md)")
-    p.add_argument("--report", default=None, help="HTML report of the same runs, for the row links")
-    p.add_argument("--title", default="rapt-audit leaderboard")
-    p.add_argument("--preamble", default=None, metavar="FILE", help="Markdown file placed under the heading")
-
-
-def cmd_leaderboard(args: argparse.Namespace) -> int:
-    """Entry of ``rapt-audit leaderboard``."""
-    preamble = ""
-    if args.preamble:
-        try:
-            preamble = Path(args.preamble).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"--preamble {args.preamble} cannot be read: {exc.strerror or exc}") from None
-    out, coll = write_leaderboard(args.runs, out=args.out, report=args.report, title=args.title, preamble=preamble,
-                                  preamble_file=args.preamble)
-    coll.warn_problems()
-    print(f"wrote {out} ({len(coll.results)} result(s))")
-    return 0
-
-
-__all__ = ["add_parser", "cmd_leaderboard", "git_states", "group_table", "markdown_text", "render_leaderboard",
-           "write_leaderboard"]
+__all__ = ["LONG_COLUMNS", "git_states", "group_table", "long_table", "long_tables", "markdown_text",
+           "render_leaderboard", "write_leaderboard"]

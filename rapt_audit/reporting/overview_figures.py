@@ -38,7 +38,6 @@ def headline_figure(group: Group, utility: str, ceiling: float, fractions: Seque
     panels = [name for _, name in PANELS if name in by_panel]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True, squeeze=False)
     local = [r for r in group.rows if is_local_baseline(r.defense) and utility in r.utility]
-    local_colour, _ = defense_style("local")
     for ax, panel in zip(axes[0], panels):
         for defense in dict.fromkeys(r.defense for r in by_panel[panel]):
             mine = sorted((r for r in by_panel[panel] if r.defense == defense), key=lambda r: r.utility[utility].value)
@@ -51,8 +50,8 @@ def headline_figure(group: Group, utility: str, ceiling: float, fractions: Seque
         for f in fractions:
             ax.axvline(f, color="0.3", linestyle=":", linewidth=1, label=f"target {100 * f:.0f} %")
         for row in local:
-            ax.axvline(row.utility[utility].value / ceiling, color=local_colour, linestyle="-.", linewidth=1,
-                       label=f"sending nothing ({_label(row.setting)})")
+            ax.axvline(row.utility[utility].value / ceiling, color=defense_style(row.defense)[0], linestyle="-.",
+                       linewidth=1, label=f"sending nothing ({_label(row.setting)})")
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel(f"utility: {_label(utility)} / the no-privacy ceiling ↑")
         ax.grid(True, alpha=0.3)

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,9 +22,8 @@ from rapt_audit.api.files import write_bytes_atomic, write_text_atomic
 from rapt_audit.api.outputs import check_outputs, folder_exists, make_dir
 from rapt_audit.api.plugins import ATTACKS, load
 from rapt_audit.api.registry import describe
-from rapt_audit.api.types import AttackFailure, Estimate, Skip
+from rapt_audit.api.types import Estimate, Skip
 from rapt_audit.api.version import __version__
-from rapt_audit.mechanisms.calibration import RAPT_TABLE_III
 from rapt_audit.pipeline.results import SYNTHETIC_WARNING
 from rapt_audit.reporting.audits import audit_docs_html
 from rapt_audit.reporting.claims_html import claims_html
@@ -34,10 +31,12 @@ from rapt_audit.reporting.collect import Collection, collect, relative_path
 from rapt_audit.reporting.figures import Figure, deniability_figure, group_figures, pick_utility, replacement_figure
 from rapt_audit.reporting.sections import pretraining_note, provenance_html, selection_note, warnings_html
 from rapt_audit.reporting.style import CSP, STYLE
-from rapt_audit.reporting.summary import Group, group_results, is_estimator, safe_id
+from rapt_audit.reporting.group_tables import calibration_table, detail_table, outcome_cell, summary_table
+from rapt_audit.reporting.summary import Group, group_results, safe_id
+from rapt_audit.reporting.table import Cell, Column, Foreign, Line, direction, table
+from rapt_audit.reporting.table_render import to_html
 from rapt_audit.reporting.threats import threat_sections_html
 from rapt_audit.scoring.metrics import METRICS
-from rapt_audit.scoring.metrics import arrow as metric_arrow
 
 e = html.escape
 
@@ -61,52 +60,13 @@ def _registries() -> tuple[Any, Any]:
 
 
 def arrow(metric: str) -> str:
-    """:func:`rapt_audit.scoring.metrics.arrow` once the plugins' metrics are declared."""
-    _registries()
-    return metric_arrow(metric)
-
-
-def _est_cell(est: Any) -> str:
-    if isinstance(est, AttackFailure):  # never a number: the attack raised or broke its contract
-        return f'<td class="fail" title="{e(est.message)}">failed: <span class="why">{e(est.message)}</span></td>'
-    if isinstance(est, Skip) or est is None:
-        reason = est.reason if est is not None else "not run"
-        return f'<td class="skip" title="{e(reason)}">skipped<span class="why">{e(reason)}</span></td>'
-    how = f"{est.level:.0%} interval, {est.method or 'method not recorded'}, n = {est.n}"
-    return (f'<td class="num" title="{e(how)}"><b>{est.value:.3f}</b> '
-            f'<span class="ci">[{est.ci_low:.3f}, {est.ci_high:.3f}]</span><span class="n">n={est.n}'
-            f'{" · " + e(est.method.replace("bootstrap-percentile", "bootstrap")) if est.method else ""}</span></td>')
+    """:func:`rapt_audit.scoring.metrics.arrow` once the plugins' metrics are declared (the tables' one direction,
+    :func:`rapt_audit.reporting.table.direction`)."""
+    return direction(metric)
 
 
 def _summary_table(group: Group) -> str:
-    util, attacks = group.utility_metrics, group.measured_attacks
-    head = "".join(f"<th>{e(m)} {arrow(m)}</th>" for m in util)
-    head += "".join(f'<th>{e(a)} {arrow(group.headline(a))}<span class="sub">{e(_measure_name(group, a))}</span></th>'
-                    for a in attacks)
-    verbatim = any(row.unchanged_share is not None for row in group.rows)
-    head += ('<th>released unchanged<span class="sub">share of units sent as they were; named entities (spaCy) '
-             'found verbatim</span></th>' if verbatim else "")
-    body = []
-    for row in group.rows:
-        flags = ' <span class="tag">no privacy</span>' if row.no_privacy else ""
-        flags += ' <span class="tag warn">synthetic</span>' if row.synthetic else ""
-        cells = "".join(_est_cell(row.utility.get(m)) for m in util)
-        cells += "".join(_est_cell(row.privacy.get(a)) for a in attacks)
-        if verbatim:
-            share, entities = row.unchanged_share, row.entities_verbatim
-            named = "" if entities is None else f'<span class="sub">named entities {entities[0]} of {entities[1]}</span>'
-            cells += f'<td class="num">{"—" if share is None else f"{100 * share:.1f} %"}{named}</td>'
-        body.append(f'<tr id="{e(row.anchor)}"><th scope="row">{e(row.defense)}{flags}</th><td>{e(row.setting)}</td>'
-                    f'<td>{", ".join(map(str, row.seeds))}</td>{cells}</tr>')
-    return (f'<table class="summary"><thead><tr><th>defense</th><th>setting</th><th>seeds</th>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table>')
-
-
-def _measure_name(group: Group, attack: str) -> str:
-    """How an attack's headline column is named: ``empirical privacy``, or its own measure (``reconstruction_mse``)."""
-    name = group.headline(attack)
-    return ("empirical privacy" if name == "empirical_privacy" else name) + (" (estimator)" if is_estimator(attack)
-                                                                             else "")
+    return to_html(summary_table(group, detailed=True))
 
 
 def _figure_html(fig: Figure, files_rel: str | None) -> str:
@@ -122,75 +82,22 @@ def _figure_html(fig: Figure, files_rel: str | None) -> str:
 
 
 def _calibration_table(group: Group) -> str:
-    rows = []
-    for row in group.rows:
-        meta = row.release_meta
-        observed = meta.get("observed_replacement")
-        if observed is None or meta.get("eta") is None:  # only a defense with η (dχ) is calibrated
-            continue
-        eta = meta.get("eta")
-        eta_num = math.inf if str(eta) == "inf" else float(eta) if eta is not None else math.nan
-        ref = RAPT_TABLE_III.get(eta_num)
-        target = meta.get("target_replacement")
-        forced = (meta.get("verbatim") or {}).get("units_forced_share_of_perturbed")  # absent before issue 28
-        rows.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>"
-                    f"<td>{e(str(eta))}</td><td>{'' if target is None else f'{float(target):.3f}'}</td>"
-                    f"<td class='num'>{float(observed):.4f}</td>"
-                    f"<td class='num'>{'' if forced is None else f'{float(forced):.4f}'}</td>"
-                    f"<td>{e(str(meta.get('units_perturbed', '')))}</td>"
-                    f"<td>{'' if ref is None else f'{ref:.2f}'}</td></tr>")
-    if not rows:
+    found = calibration_table(group)
+    if found is None:
         return ""
     return ("<h3>Calibration: word-replacement probability</h3><p class='note'>Observed on the victim-test release "
             "of each run (the fraction of privatized units whose released word differs from the input). RAPT "
             "Table III was measured on BERT-base, a different embedding model, so equal η need not mean equal "
             "replacement. Forced: the share of privatized units no candidate equals (replaced at every finite η, a "
-            "floor under the observed replacement; blank in results written before it was counted).</p><table><thead>"
-            "<tr><th>defense</th><th>setting</th><th>η in force</th><th>target p</th><th>observed replacement</th>"
-            "<th>forced</th><th>units</th><th>RAPT Tab. III (BERT-base)</th>"
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
-
-
-def _details_text(details: Any) -> str:
-    items = []
-    for key, value in dict(details).items():
-        text = json.dumps(value, default=str) if not isinstance(value, str) else value
-        if len(text) > 160:
-            text = text[:157] + "…"
-        items.append(f"<li><code>{e(str(key))}</code>: {e(text)}</li>")
-    # Collapsed by default (native <details>, no script): the facts are long and mostly for auditors.
-    return (f"<details><summary>{len(items)} facts</summary><ul class='details'>{''.join(items)}</ul></details>"
-            if items else "")
+            "floor under the observed replacement; blank in results written before it was counted).</p>"
+            + to_html(found))
 
 
 def _attack_detail(group: Group, attack: str) -> str:
     _, attacks = _registries()
-    about = ""
-    if attack in attacks:
-        about = f"<p class='note'>{e(describe(attacks.get(attack)))}</p>"
-    metric_names = list(dict.fromkeys(m for r in group.rows for m in r.metrics.get(attack, {})))
-    head = "".join(f"<th>{e(m)} {arrow(m)}</th>" for m in metric_names)
-    body = []
-    for row in group.rows:
-        outcome = row.privacy.get(attack)
-        if isinstance(outcome, AttackFailure):
-            body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>"
-                        f"<td colspan='{len(metric_names) + 2}' class='fail'>failed: {e(outcome.message)}</td></tr>")
-            continue
-        if isinstance(outcome, Skip) or outcome is None:
-            reason = outcome.reason if outcome is not None else "not run"
-            body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>"
-                        f"<td colspan='{len(metric_names) + 2}' class='skip'>skipped: {e(reason)}</td></tr>")
-            continue
-        first = row.runs[0].result.attacks.get(attack)
-        details = _details_text(first.details) if first is not None and not isinstance(first, Skip) else ""
-        cells = "".join(_est_cell(row.metrics[attack].get(m)) for m in metric_names)
-        body.append(f"<tr><th scope='row'>{e(row.defense)}</th><td>{e(row.setting)}</td>{_est_cell(outcome)}"
-                    f"{cells}<td>{details}</td></tr>")
+    about = f"<p class='note'>{e(describe(attacks.get(attack)))}</p>" if attack in attacks else ""
     return (f"<section class='attack' id='{group.anchor}-attack-{safe_id(attack)}'><h4>{e(attack)}</h4>{about}"
-            f"<table><thead><tr><th>defense</th><th>setting</th><th>{e(_measure_name(group, attack))} "
-            f"{arrow(group.headline(attack))}</th>{head}"
-            f"<th>details (first seed)</th></tr></thead><tbody>{''.join(body)}</tbody></table></section>")
+            f"{to_html(detail_table(group, attack))}</section>")
 
 
 def _group_html(group: Group, figs: dict[str, Figure], files_rel: str | None, base: Path) -> str:
@@ -235,17 +142,17 @@ def _calibration_docs_html(coll: Collection, figs: list[tuple[Any, list[Figure]]
         return ""
     parts = ["<section class='group' id='calibration'><h2>Calibration documents</h2>"]
     for (path, doc), (_, doc_figs) in zip(coll.calibrations, figs):
-        rows = "".join(
-            f"<tr><td>{e(str(r.get('eta')))}</td>{_est_cell(_estimate(r.get('replacement')))}<td>{e(str(r.get('units')))}</td>"
-            f"<td>{'' if r.get('rapt_table_iii_bert_base') is None else e(str(r['rapt_table_iii_bert_base']))}"
-            "</td></tr>"
-            for r in doc.get("rows", []))
+        rows = [Line((Cell(Foreign(str(r.get("eta")))), outcome_cell(_estimate(r.get("replacement")), detailed=True),
+                      Cell(Foreign(str(r.get("units")))),
+                      Cell(None if r.get("rapt_table_iii_bert_base") is None
+                           else Foreign(str(r["rapt_table_iii_bert_base"])))))
+                for r in doc.get("rows", [])]
+        columns = [Column("η"), Column("replacement probability", numeric=True), Column("units"),
+                   Column("RAPT Tab. III (BERT-base)")]
         parts.append(f"<h3>{e(str(doc.get('defense')))} on {e(str(doc.get('model')))} "
                      f"<small><code>{e(relative_path(path, base))}</code></small></h3>"
                      f"<p class='note'>corpus {e(str(doc.get('corpus')))} ({e(str(doc.get('corpus_sentences')))} "
-                     f"sentences), seed {e(str(doc.get('seed')))}.</p>"
-                     "<table><thead><tr><th>η</th><th>replacement probability</th><th>units</th>"
-                     f"<th>RAPT Tab. III (BERT-base)</th></tr></thead><tbody>{rows}</tbody></table>")
+                     f"sentences), seed {e(str(doc.get('seed')))}.</p>" + to_html(table(columns, rows)))
         if "target" in doc:
             t = doc["target"]
             parts.append(f"<p>target replacement {e(str(t.get('replacement')))}: η = {float(t.get('eta', math.nan)):.2f}</p>")
@@ -375,26 +282,4 @@ def write_report(paths: Sequence[str | Path], *, out: str | Path, title: str = "
     return out, coll
 
 
-def add_parser(sub: Any) -> None:
-    """Register the ``report`` sub-command."""
-    p = sub.add_parser("report", help="self-contained HTML report (Pareto plots, tables, provenance) of stored runs")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories, result or calibration files")
-    p.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
-    p.add_argument("--figures", default=None, metavar="DIR",
-                   help="where PNG and SVG copies of the figures go (default: next to the report)")
-    p.add_argument("--title", default="rapt-audit report")
-    p.add_argument("--strict", action="store_true", help="write nothing when any input is unusable")
-
-
-def cmd_report(args: Any) -> int:
-    """Entry of ``rapt-audit report``: exit 0 when written (unusable inputs are listed), 2 when nothing usable."""
-    out, coll = write_report(args.runs, out=args.out, title=args.title, figures_dir=args.figures, strict=args.strict)
-    coll.warn_problems()
-    schema = coll.schema_summary()
-    if schema:
-        print(f"rapt-audit: warning: {schema}", file=sys.stderr)
-    print(f"wrote {out} ({len(coll.results)} result(s), {len(coll.problems)} input(s) left out)")
-    return 0
-
-
-__all__ = ["Report", "add_parser", "arrow", "build_report", "cmd_report", "write_report"]
+__all__ = ["Report", "arrow", "build_report", "write_report"]

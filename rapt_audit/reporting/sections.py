@@ -15,6 +15,8 @@ from typing import Any
 from rapt_audit.pipeline.results import SYNTHETIC_WARNING
 from rapt_audit.reporting.collect import relative_path
 from rapt_audit.reporting.summary import Group
+from rapt_audit.reporting.table import Cell, Code, Column, Foreign, Line, table
+from rapt_audit.reporting.table_render import to_html
 
 e = html.escape
 
@@ -51,27 +53,28 @@ def provenance_html(group: Group, base: Path) -> str:
     items = [(row, item) for row in group.rows for item in row.runs]
     lines = {_versions_line(item.result.env) for _, item in items}
     shared = len(lines) == 1  # the usual case: one environment, stated once instead of on every row
+    columns = [Column("result file"), Column("setting"), Column("cell"), Column("seed"), Column("git sha")]
+    columns += [] if shared else [Column("versions")]
+    columns += [Column("device"), Column("model"), Column("data"), Column("started (UTC)"),
+                Column("wall s", numeric=True)]
     rows = []
     for row, item in items:
         res, env = item.result, item.result.env
-        rows.append(
-            f"<tr><td><code>{e(relative_path(item.path, base))}</code></td><td>{e(row.defense)} {e(row.setting)}</td>"
-            f"<td><code>{e(res.cell_id)}</code></td><td>{e(str(env.get('seed', res.config.get('seed'))))}</td>"
-            f"<td><code>{e(str(env.get('git_sha')))}</code></td>"
-            + ("" if shared else f"<td>{e(_versions_line(env))}</td>") +
-            f"<td>{e(str(env.get('device', '?')))}</td>"
-            f"<td>{e(str(env.get('model', '?')))} <code>{e(str(env.get('model_fingerprint', ''))[:12])}</code>"
-            + (f"; service {e(str(env['service_model']))} <code>{e(str(env.get('service_model_fingerprint', ''))[:12])}"
-               "</code>" if env.get("service_model") else "") + "</td>"
-            f"<td><code>{e(str(env.get('data_fingerprint', ''))[:12])}</code></td>"
-            f"<td>{e(str(env.get('started_at', '?')))}</td>"
-            f"<td class='num'>{e(str(env.get('wall_time_s', '?')))}</td></tr>")
+        model: tuple = (Foreign(env.get("model", "?")), " ", Code(str(env.get("model_fingerprint", ""))[:12]))
+        if env.get("service_model"):
+            model += ("; service ", Foreign(env["service_model"]), " ",
+                      Code(str(env.get("service_model_fingerprint", ""))[:12]))
+        cells = [Cell(Code(relative_path(item.path, base))), Cell((Foreign(row.defense), " ", Foreign(row.setting))),
+                 Cell(Code(res.cell_id)), Cell(Foreign(env.get("seed", res.config.get("seed")))),
+                 Cell(Code(str(env.get("git_sha"))))]
+        cells += [] if shared else [Cell(Foreign(_versions_line(env)))]
+        cells += [Cell(Foreign(env.get("device", "?"))), Cell(model),
+                  Cell(Code(str(env.get("data_fingerprint", ""))[:12])),
+                  Cell(Foreign(env.get("started_at", "?"))), Cell(Foreign(env.get("wall_time_s", "?")))]
+        rows.append(Line(tuple(cells)))
     common = f"<p class='note'>Every run: {e(lines.pop())}.</p>" if shared else ""
     gpu = "".join(gpu_use_html(relative_path(item.path, base), item.result.env) for _, item in items)
-    return ("<h3>Provenance</h3>" + common + "<table class='prov'><thead><tr><th>result file</th><th>setting</th>"
-            "<th>cell</th><th>seed</th><th>git sha</th>" + ("" if shared else "<th>versions</th>") +
-            "<th>device</th><th>model</th><th>data</th><th>started (UTC)</th><th>wall s</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>{gpu}")
+    return "<h3>Provenance</h3>" + common + to_html(table(columns, rows, labels=0, kind="prov")) + gpu
 
 
 def gpu_use_html(label: str, env: dict[str, Any]) -> str:

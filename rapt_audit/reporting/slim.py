@@ -13,7 +13,6 @@ twice changes nothing.
 
 from __future__ import annotations
 
-import argparse
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -25,7 +24,7 @@ from rapt_audit.api.parsing import read_document
 from rapt_audit.pipeline.results import read_result
 from rapt_audit.reporting.collect import collect
 
-__all__ = ["add_parser", "cmd_slim", "slim_document", "slim_files"]
+__all__ = ["slim_document", "slim_files"]
 
 
 def slim_document(document: dict[str, Any]) -> int:
@@ -112,22 +111,3 @@ def _slim_one(path: Path, *, dry_run: bool) -> tuple[Path, int, int]:
         # A file with nothing to remove is not rewritten, so its size stays, in a dry run too.
         after = len(json_text(document).encode("utf-8")) + 1 if removed and dry_run else path.stat().st_size
     return path, before, after
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register the ``slim`` sub-command."""
-    p = sub.add_parser("slim", help="remove per-record parts from result files (every comparison with them becomes "
-                                    "unpaired: never slim a benchmark folder you commit or publish)")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run or sweep directories (or result files)")
-    p.add_argument("--dry-run", dest="dry_run", action="store_true", help="say what would be saved; write nothing")
-
-
-def cmd_slim(args: argparse.Namespace) -> int:
-    """Entry of ``rapt-audit slim``: one line per file, then the total."""
-    sizes = slim_files(args.runs, dry_run=args.dry_run)
-    for path, before, after in sizes:
-        print(f"{before / 1e3:10.1f} kB → {after / 1e3:8.1f} kB  {path}")
-    before, after = sum(s[1] for s in sizes), sum(s[2] for s in sizes)
-    verb = "would shrink" if args.dry_run else "shrank"
-    print(f"{verb} {len(sizes)} result file(s) from {before / 1e6:.2f} MB to {after / 1e6:.2f} MB")
-    return 0

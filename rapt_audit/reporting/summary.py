@@ -22,6 +22,7 @@ from rapt_audit.pipeline.config import settings_id
 from rapt_audit.pipeline.tidy import setting_key
 from rapt_audit.reporting.collect import Loaded
 from rapt_audit.reporting.freshness import fresh_results
+from rapt_audit.reporting.table_render import estimate_text
 from rapt_audit.scoring.metrics import declared, headline_metric
 from rapt_audit.scoring.stats import seed_summary
 
@@ -346,15 +347,9 @@ def _sort_level(value: float) -> float:
 
 
 def fmt_estimate(est: Estimate, digits: int = 3) -> str:
-    """``0.812 [0.771, 0.850]``."""
-    return f"{est.value:.{digits}f} [{est.ci_low:.{digits}f}, {est.ci_high:.{digits}f}]"
+    """``0.812 [0.771, 0.850]``: an estimate as every table says it (:func:`~rapt_audit.reporting.table_render.
+    estimate_text`)."""
+    return " ".join(estimate_text(est, digits=digits))
 
 
-def fmt_outcome(outcome: Estimate | Skip | AttackFailure | None) -> str:
-    """An attack's cell as text: ``0.812 [0.771, 0.850]``, ``skipped`` or ``failed: <what went wrong>``."""
-    if isinstance(outcome, AttackFailure):
-        return f"failed: {outcome.message}"
-    return "skipped" if outcome is None or isinstance(outcome, Skip) else fmt_estimate(outcome)
-
-
-__all__ = ["PRIVACY_PARAMS", "DuplicateRunWarning", "Group", "Row", "fmt_estimate", "fmt_outcome", "group_results", "safe_id"]
+__all__ = ["PRIVACY_PARAMS", "DuplicateRunWarning", "Group", "Row", "fmt_estimate", "group_results", "safe_id"]

@@ -9,13 +9,12 @@ independent trials may use the Wilson score interval instead.
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from typing import Callable, Sequence
 
 import numpy as np
 
 from rapt_audit.api.types import Estimate, PerRecord
-from rapt_audit.scoring.hierarchical import Measure, Resampler
+from rapt_audit.scoring.significance import critical_value
 
 #: Bootstrap resamples used unless a caller asks otherwise (enough for stable 2.5/97.5 percentiles).
 DEFAULT_RESAMPLES = 1000
@@ -87,56 +86,13 @@ def bootstrap_statistic(n_units: int, statistic: Callable[[np.ndarray], float], 
     return Estimate(point, float(min(low, point)), float(max(high, point)), n_units, "bootstrap-percentile", level)
 
 
-def paired_drop(base: PerRecord, new: PerRecord, *, higher_is_better: bool, z: float = 1.96,
-                seed: int = 0, resamples: int = 2000) -> tuple[float, float, float]:
-    """``(drop, lower, upper)``: how much worse ``new`` is than ``base``, with one-sided paired bounds.
-
-    For two ratio estimates over the same records in the same order (``Estimate.per_record`` of two
-    runs of one configuration); the regression gate's paired rule.
-
-    Both runs are resampled on the *same* bootstrap draws of the records — the hierarchical paired bootstrap
-    of :mod:`rapt_audit.scoring.hierarchical` at one seed, the one implementation the benchmark's readings and
-    the claims use too — so what the records have in common cancels and only the records whose outcome
-    changed move the drop. ``lower`` and ``upper`` are the ``1 − Φ(z)`` and ``Φ(z)`` quantiles of the
-    resampled drop; a resample in which either run has no weight left has no drop and is left out.
-
-    Raises:
-        ValueError: when the two runs hold different numbers of records (not pairable).
-    """
-
-    if len(base) != len(new):
-        raise ValueError(f"cannot pair {len(new)} records with the baseline's {len(base)}")
-    sign = 1.0 if higher_is_better else -1.0
-    drop = sign * (base.value - new.value)
-    if len(base) == 0:
-        return drop, drop, drop
-    parts = [(np.asarray(p.num, dtype=np.float64), np.asarray(p.den, dtype=np.float64)) for p in (base, new)]
-    resampler = Resampler([0], resamples, np.random.default_rng(seed))
-    drawn = [resampler.values({0: Measure((p,), False)})[:, 0] for p in parts]
-    # A resample with no weight in a run has no value there (the ratio reads 1 by convention): left out.
-    ok = np.ones(resamples, dtype=bool) if all(np.all(d > 0) for _, d in parts) else _weighted(resampler, parts)
-    drops = sign * (drawn[0] - drawn[1])[ok]
-    if drops.size == 0:
-        return drop, drop, drop
-    level = NormalDist().cdf(z)
-    lower, upper = np.quantile(drops, [1.0 - level, level])
-    return drop, float(min(lower, drop)), float(max(upper, drop))
-
-
-def _weighted(resampler: Resampler, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """Resamples in which every run keeps some weight (a record with a positive denominator was drawn)."""
-    # The ratio of the indicator "den > 0" to 1 per record is positive exactly when such a record was drawn.
-    return np.all([resampler.values({0: Measure((((d > 0).astype(float), np.ones_like(d)),), False)})[:, 0] > 0
-                   for _, d in parts], axis=0)
-
-
 def wilson(successes: int, trials: int, *, level: float = 0.95) -> Estimate:
     """Wilson score interval for a binomial proportion ``successes / trials``."""
     _check_level(level)
     if trials <= 0 or not 0 <= successes <= trials:
         raise ValueError(f"wilson needs 0 <= successes <= trials and trials > 0, got {successes}/{trials}")
 
-    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    z = critical_value(level)
     p = successes / trials
     denom = 1.0 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denom
