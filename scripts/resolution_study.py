@@ -42,10 +42,10 @@ import numpy as np
 from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.benchmark.join import join
 from rapt_audit.benchmark.matched import _by_defense  # the benchmark's own grouping of a group's rows
-from rapt_audit.benchmark.paired import REFERENCE, Pairing
+from rapt_audit.benchmark.paired import Pairing
 from rapt_audit.reporting import paired_rows
 from rapt_audit.reporting.figures import pick_utility
-from rapt_audit.reporting.summary import Group, fmt_estimate, group_results, is_local_baseline
+from rapt_audit.reporting.summary import Group, fmt_estimate, group_results, is_local_baseline, is_reference
 from rapt_audit.scoring.hierarchical import POWER_80
 
 FRACTION = 0.90
@@ -94,7 +94,7 @@ def reading(group: Group, *, pooled: bool = False, fraction: float = FRACTION): 
     reads them (``pooled``: against the resample's mean ceiling over its drawn seeds)."""
     utility = pick_utility(group)
     # As rapt_audit.benchmark.matched.matched reads a group: the ceiling's row, the candidates by defense.
-    ceiling_row = max((r for r in group.rows if r.defense == REFERENCE), key=lambda r: r.utility[utility].value)
+    ceiling_row = max((r for r in group.rows if is_reference(r.defense)), key=lambda r: r.utility[utility].value)
     pairing = Pairing.of(group, utility, ceiling_row, RESAMPLES, 0)
     if pairing is None:
         raise SystemExit("the pilot's results cannot be paired (a result kept no per-record parts)")
@@ -174,7 +174,7 @@ def table(folder: Path) -> str:
         out.append(f"| {r.defense} | {r.kind} | {_value(r)} | {', '.join(r.between)} | "
                    f"{ranking.p_best.get(r.defense, float('nan')):.2f} |")
     per_seed = {s: {r.defense: r for r in reading(subset(group, [s]))[0]} for s in seeds}
-    names = [r.defense for r in readings if r.defense != REFERENCE]
+    names = [r.defense for r in readings if not is_reference(r.defense)]
     out += ["", "## Each seed's reading (all its records): the seed level", "",
             "| seed | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
     for s in seeds:

@@ -292,9 +292,6 @@ def test_the_package_metadata_builds_without_a_deprecation_warning():
     assert not deprecations, deprecations
 
 
-#: TODO(issue 64, item 4): modules still being rewritten that name built-in defenses; shrink this to nothing (the
-#: replacements are api.plugins.capabilities_of(name) and api.plugins.reference_defense()).
-NAME_DISPATCH_EXEMPT = ("rapt_audit/reporting/summary.py",)
 
 
 def _built_in_names_used(source: str, names: set[str]) -> list[str]:
@@ -347,7 +344,7 @@ def test_core_code_reads_capabilities_not_built_in_defense_names():
     bad = []
     for module, path in module_files().items():
         where = str(path.relative_to(ROOT))
-        if layer_of(module) in ("defenses", "attacks") or where in NAME_DISPATCH_EXEMPT:
+        if layer_of(module) in ("defenses", "attacks"):
             continue
         bad += [f"{where}:{hit}" for hit in _built_in_names_used(path.read_text(encoding="utf-8"), names)]
     assert not bad, ("built-in defense names in core code (declare a Capabilities field on the defense and read it "

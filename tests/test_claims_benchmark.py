@@ -10,16 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
-from rapt_audit.benchmark.render import write_benchmark_report
 from rapt_audit.benchmark.run import INDEX_FILE
 from rapt_audit.cli.main import main
 from rapt_audit.pipeline.results import RESULT_FILE, read_result, write_result
-from rapt_audit.reporting import figures
-from tests.committed_grid import rendered_grid
+from tests.committed_grid import render, rendered_grid
 from tests.result_factory import SIG_B, benchmark_folder, fake_result, write_sweep
 
 
@@ -48,17 +45,9 @@ epsilon = [1, 5]
 """
 
 
-def _no_image(fig, stem, caption):  # noqa: ANN001, ANN202
-    """Figures are no part of the claims, and drawing them is most of a report's time."""
-    figures._pyplot().close(fig)
-    return figures.Figure(stem, caption, b"\x89PNG\r\n\x1a\n", b"")
-
-
 def _render(folder: Path) -> str:
-    """The benchmark's own claims.md, written by its report."""
-    with mock.patch.object(figures, "_render", _no_image):
-        write_benchmark_report(folder)
-    return (folder / "claims.md").read_text(encoding="utf-8")
+    """The benchmark's own claims.md, written by its report (figures stubbed: no part of the claims)."""
+    return (render(folder) / "claims.md").read_text(encoding="utf-8")
 
 
 def _claims(capsys, *args: str) -> tuple[str, str]:  # noqa: ANN001

@@ -229,7 +229,7 @@ def test_every_mention_of_the_git_states_names_one_list_counted_once(tmp_path):
     from rapt_audit.reporting import figures
     from rapt_audit.reporting.leaderboard import git_states
     from tests.result_factory import benchmark_folder
-    from tests.test_hostile_names import _no_image
+    from tests.committed_grid import no_image as _no_image
 
     file = tmp_path / "two-datasets.toml"
     file.write_text(TWO_DATASETS, encoding="utf-8")

@@ -11,10 +11,10 @@ report's check line); the no-privacy reference is the first row.
 from __future__ import annotations
 
 from rapt_audit.api.types import Skip
-from rapt_audit.benchmark.matched import REFERENCE, Matched
+from rapt_audit.benchmark.matched import Matched
 from rapt_audit.reporting.figures import Figure
 from rapt_audit.reporting.overview_figures import AtLeast, heatmap_figure
-from rapt_audit.reporting.summary import is_local_baseline
+from rapt_audit.reporting.summary import is_local_baseline, is_reference
 
 #: Skip reasons that mean the attack cannot read the release (pipeline/contracts.unreadable_release's wording).
 _DOES_NOT_APPLY = ("needs a release of kind", "does not apply")
@@ -33,8 +33,8 @@ def why_not(table: Matched, defense: str, attack: str) -> str:
 
 def cells(table: Matched, fraction: float, attacks: list[str]) -> tuple[list[str], list[list[float | str]]]:
     """The grid's rows (defenses, the reference first) and cells at ``fraction`` of the ceiling."""
-    defenses = [REFERENCE] + [d for d in dict.fromkeys(r.defense for r in table.group.rows)
-                              if d != REFERENCE and not is_local_baseline(d)]
+    shown = [d for d in dict.fromkeys(r.defense for r in table.group.rows) if not is_local_baseline(d)]
+    defenses = sorted(shown, key=lambda d: not is_reference(d))  # the reference first, the others in their order
     grid: list[list[float | str]] = []
     for defense in defenses:
         row: list[float | str] = []
@@ -63,7 +63,7 @@ def heatmap(table: Matched, fraction: float, attacks: list[str], *, stem: str) -
                "setting's); "
                "≥: a lower bound (the defense's grid stops before the target); hatched: the attack cannot read what "
                "the defense releases; grey: pending or not run; dotted: the defense does not reach the target. "
-               f"{REFERENCE}: its own privacy, for reference.")
+               f"{defenses[0]}: its own privacy, for reference.")  # a ceiling: the reference's row, first
     return heatmap_figure(defenses, attacks, grid, title, caption, stem=stem)
 
 

@@ -36,9 +36,9 @@ from typing import Sequence
 
 from rapt_audit.api.plugins import WORST_CASE
 from rapt_audit.api.types import AttackResult, Estimate
-from rapt_audit.benchmark.matched import REFERENCE, Matched, Reading
+from rapt_audit.benchmark.matched import Matched, Reading
 from rapt_audit.benchmark.paired import Margin
-from rapt_audit.reporting.summary import Row, fmt_estimate, is_local_baseline
+from rapt_audit.reporting.summary import Row, fmt_estimate, is_local_baseline, is_reference
 from rapt_audit.reporting.table import Block, Cell, Column, Foreign, Line as TableLine, Table, measure, table
 from rapt_audit.reporting.table_render import cell_text, heading_text, to_html, to_markdown
 
@@ -126,7 +126,7 @@ def deployable(rows: Sequence[Row], utility: str, target: float) -> Row | None:
 
 def _candidates(table: Matched, fraction: float) -> list[Reading]:
     """The defenses the headline reads (neither the reference nor a local-only baseline), with their readings."""
-    return [r for r in table.readings[MEASURE][fraction] if r.defense != REFERENCE and not is_local_baseline(r.defense)]
+    return [r for r in table.readings[MEASURE][fraction] if not is_reference(r.defense) and not is_local_baseline(r.defense)]
 
 
 def headline(table: Matched, fraction: float) -> list[Line]:
@@ -139,7 +139,7 @@ def headline(table: Matched, fraction: float) -> list[Line]:
     margins = {id(m.row): m for m in table.against_local}
     lines = []
     for row in table.group.rows:
-        if row.defense == REFERENCE:
+        if is_reference(row.defense):
             privacy = row.privacy.get(MEASURE)
             lines.append(Line("reference", (f"{row.defense} (no privacy)", "–", fmt_estimate(row.utility[utility])
                                             if utility in row.utility else "–",

@@ -35,6 +35,7 @@ from rapt_audit.pipeline.cache_ledger import (
     remove,
     scan,
 )
+from rapt_audit.pipeline.estimates import duration
 from rapt_audit.pipeline.results import RESULT_FILE, RunResult
 
 NO_RECORD = "(no record: stored outside a benchmark's or a worker's cell, or before the ledger)"
@@ -67,12 +68,9 @@ def parse_age(text: str) -> float:
 
 
 def age_text(seconds: float) -> str:
-    """``40 s``, ``5 min``, ``3.0 h``, ``12 d``: how old an entry is."""
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.0f} d"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    """``40 s``, ``5 min``, ``3.0 h``, ``12 d``: how old an entry is (a progress line's :func:`duration`, in days
+    from two days on)."""
+    return f"{seconds / 86400:.0f} d" if seconds >= 2 * 86400 else duration(seconds)
 
 
 def _index(folder: Path, memo: dict[Path, dict[str, Any] | None]) -> dict[str, Any] | None:

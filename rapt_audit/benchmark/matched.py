@@ -43,10 +43,10 @@ import numpy as np
 
 from rapt_audit.api.types import Estimate
 from rapt_audit.scoring.hierarchical import Ranking
-from rapt_audit.benchmark.paired import REFERENCE, Margin, Pairing, Reading
+from rapt_audit.benchmark.paired import Margin, Pairing, Reading
 from rapt_audit.reporting.figures import pareto_points, pick_utility
 from rapt_audit.reporting.pareto import Point, pareto_front
-from rapt_audit.reporting.summary import Group, Row, is_local_baseline
+from rapt_audit.reporting.summary import Group, Row, is_local_baseline, is_reference
 from rapt_audit.scoring.metrics import declared
 from rapt_audit.scoring.significance import redraw
 
@@ -61,6 +61,8 @@ class Matched:
     group: Group
     utility: str | None
     ceiling: Estimate | None = None
+    #: The no-privacy reference whose utility is the ceiling (None without a ceiling).
+    reference: str | None = None
     targets: dict[float, Estimate] = field(default_factory=dict)
     readings: dict[str, dict[float, list[Reading]]] = field(default_factory=dict)
     verdicts: dict[str, dict[float, str]] = field(default_factory=dict)
@@ -103,7 +105,7 @@ def _draws(est: Estimate, seeds: int, rng: np.random.Generator, size: int, metri
 
 def _verdict(readings: list[Reading], draws: dict[str, np.ndarray]) -> str:
     """The best defense at one target, or the defenses it cannot be told apart from (see the module docstring)."""
-    candidates = [r for r in readings if r.defense != REFERENCE and r.value is not None]
+    candidates = [r for r in readings if not is_reference(r.defense) and r.value is not None]
     if not candidates:
         return "no defense reaches it"
     best = max(candidates, key=lambda r: r.value.value)  # type: ignore[union-attr]
@@ -146,15 +148,15 @@ def matched(group: Group, *, fractions: Sequence[float] = FRACTIONS, resamples: 
     bootstrap of this module's docstring (``paired[attack]`` says which)."""
     utility = pick_utility(group)
     out = Matched(group, utility)
-    reference = [r for r in group.rows if r.defense == REFERENCE and utility in r.utility]
+    reference = [r for r in group.rows if is_reference(r.defense) and utility in r.utility]
     if utility is None:
         out.note = "no utility was measured, so there is no frontier to read"
         return out
     if not reference:
-        out.note = f"no {REFERENCE} row: the no-privacy ceiling is not measured, so no target utility can be set"
+        out.note = "no row of the no-privacy reference: the no-privacy ceiling is not measured, so no target utility can be set"
         return out
     ceiling_row = max(reference, key=lambda r: r.utility[utility].value)
-    out.ceiling = ceiling_row.utility[utility]
+    out.ceiling, out.reference = ceiling_row.utility[utility], ceiling_row.defense
     rng = np.random.default_rng(seed)
     ceilings = _draws(out.ceiling, len(ceiling_row.seeds), rng, resamples, utility)
     for f in fractions:
@@ -189,7 +191,7 @@ def _unpaired(out: Matched, attack: str, rows: dict[str, list[Row]], ceiling_row
     for defense, mine in rows.items():
         # Private settings only (the reference excepted): never a chord towards sending the text in the clear.
         points = [p for p in pareto_points(Group(group.signature, mine), attack, utility)
-                  if defense == REFERENCE or not p.key.no_privacy]
+                  if is_reference(defense) or not p.key.no_privacy]
         rows_of = [p.key for p in points]
         # The ceiling's row is drawn once: its utility in a resample is the ceiling of that resample.
         utilities = [ceilings if r is ceiling_row else _draws(r.utility[utility], len(r.seeds), rng, resamples,
@@ -208,7 +210,7 @@ def _unpaired(out: Matched, attack: str, rows: dict[str, list[Row]], ceiling_row
             value, kind, between = at_utility(points, f * out.ceiling.value)
             draws[defense] = np.array([_resampled(points, us, ps, i, f * ceilings[i]) for i in range(resamples)])
             # The reference has one setting: its privacy is what it is, not a bound on a frontier.
-            kind = "reference" if defense == REFERENCE and value is not None else kind
+            kind = "reference" if is_reference(defense) and value is not None else kind
             if value is None and any(r.no_privacy and utility in r.utility and r.utility[utility].value
                                      >= f * out.ceiling.value for r in rows[defense]):
                 kind = "not bracketed"  # only the no-privacy setting keeps the target
@@ -234,4 +236,4 @@ def _reading(defense: str, value: float | None, kind: str, between: tuple[str, .
                                      "bootstrap-parametric"), kind, between, share)
 
 
-__all__ = ["FRACTIONS", "Matched", "REFERENCE", "RESAMPLES", "Reading", "at_utility", "matched"]
+__all__ = ["FRACTIONS", "Matched", "RESAMPLES", "Reading", "at_utility", "matched"]

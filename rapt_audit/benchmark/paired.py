@@ -25,16 +25,11 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from rapt_audit.api.plugins import reference_defense
 from rapt_audit.api.types import Estimate
 from rapt_audit.reporting.paired_rows import privacy_measures, utility_measures
 from rapt_audit.scoring.hierarchical import (LOWER_BOUND, MEASURED, NOT_REACHED, Measure, Ranking, Resampler,
                                              interval, interval_with_seeds, rank, read_frontier)
-from rapt_audit.reporting.summary import Group, Row, is_local_baseline
-
-#: The defense whose utility is the ceiling, and which is shown for reference, never named best: the one whose
-#: capabilities say so (:func:`~rapt_audit.api.plugins.reference_defense`), read once, when this module is imported.
-REFERENCE = reference_defense()
+from rapt_audit.reporting.summary import Group, Row, is_local_baseline, is_reference
 
 
 @dataclass(frozen=True)
@@ -140,14 +135,14 @@ class Pairing:
                     measured[defense].append((row, measures))
         if not same_records([m for listed in measured.values() for _, m in listed]):
             return None  # another defense's records at a seed: they cannot be drawn jointly
-        sampled = {d: self._sampled(listed, d == REFERENCE) for d, listed in measured.items()}
+        sampled = {d: self._sampled(listed, is_reference(d)) for d, listed in measured.items()}
         out = {}
         for f in fractions:
             readings, draws, per_seed = [], {}, {}
             for defense, found in sampled.items():
                 reading, drawn, seeds = self._reading(defense, found, f)
                 readings.append(reading)
-                if drawn is not None and defense != REFERENCE:
+                if drawn is not None and not is_reference(defense):
                     draws[defense], per_seed[defense] = drawn, seeds
             out[f] = (readings, *verdict(readings, draws, per_seed))
         return out
@@ -209,7 +204,7 @@ class Pairing:
         """The reading, its resampled values and its per-seed values on the data (NaN: not read at that seed)."""
         if found is None:
             return Reading(defense, None, "not measured", (), 0.0), None, None
-        if defense == REFERENCE:
+        if is_reference(defense):
             drawn, seeds = _seed_mean(found.privacy[..., 0]), found.privacy_point[:, 0]
             if np.isnan(seeds).all():
                 return Reading(defense, None, "not measured", (), 0.0), None, seeds
@@ -278,7 +273,7 @@ def verdict(readings: Sequence[Reading], draws: Mapping[str, np.ndarray],
             per_seed: Mapping[str, np.ndarray] | None = None) -> tuple[Ranking, str]:
     """The ranking of the candidates and the best verdict's text (this module's docstring); ``per_seed``: each
     candidate's readings at the seeds, for the seed-level test of :func:`~rapt_audit.scoring.hierarchical.rank`."""
-    candidates = [r for r in readings if r.defense != REFERENCE and not is_local_baseline(r.defense)
+    candidates = [r for r in readings if not is_reference(r.defense) and not is_local_baseline(r.defense)
                   and r.value is not None]
     best = max(candidates, key=lambda r: r.value.value) if candidates else None  # type: ignore[union-attr]
     ranking = rank({d: v for d, v in draws.items() if not is_local_baseline(d)}, best.defense if best else None,
@@ -298,4 +293,4 @@ def verdict(readings: Sequence[Reading], draws: Mapping[str, np.ndarray],
     return ranking, f"{best.defense} ({chance})"
 
 
-__all__ = ["Margin", "Pairing", "REFERENCE", "Reading", "verdict"]
+__all__ = ["Margin", "Pairing", "Reading", "verdict"]

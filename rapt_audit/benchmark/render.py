@@ -25,7 +25,7 @@ from rapt_audit.benchmark.claims import CLAIMS_FILE, claims_markdown
 from rapt_audit.benchmark.drilldown import heatmap
 from rapt_audit.benchmark.headline import headline_html, headline_markdown, reading_cell
 from rapt_audit.benchmark.join import Joined, join
-from rapt_audit.benchmark.matched import FRACTIONS, REFERENCE, Matched, Reading, matched
+from rapt_audit.benchmark.matched import FRACTIONS, Matched, Reading, matched
 from rapt_audit.benchmark.paired import Margin
 from rapt_audit.benchmark.run import COPY_FILE, INDEX_FILE
 from rapt_audit.benchmark.status import code_summary, fresh_counts
@@ -61,23 +61,23 @@ MATCHED_NOTE = ("Privacy at matched utility: each seed's Pareto frontier of a de
                 "another defense is established when it holds in enough resamples where either reaches the target "
                 "and in the paired t-test over the seeds (Holm over the comparisons, one-sided 2.5 %; a joint "
                 "non-reach is left out, not counted as a tie; one seed establishes nothing). "
-                f"{REFERENCE} is the no-privacy reference and the local-only baselines are utility references, never "
+                "The no-privacy reference and the local-only baselines are utility references, never "
                 "candidates. Where results kept no per-record outcomes the verdict says '(unpaired)': a parametric "
                 "bootstrap from each setting's seed-combined interval.")
 
 
 CEILING_NOTE = ("No-privacy check: each defense at η = ∞ (ε = ∞) adds no noise, so under the same service it "
-                f"should land inside {REFERENCE}'s interval; a defense whose service differs says so "
+                "should land inside the no-privacy reference's interval; a defense whose service differs says so "
                 "(rapt_audit/benchmark/ceiling.py).")
 
 
 LOCAL_NOTE = ("Against sending nothing: the local-only baselines classify on the client with what it already holds "
               "and its own labelled data, releasing nothing (defenses/local.py). Each setting's utility minus the best "
               "of them (the best client in each resample, which favours the baseline), paired over seeds and records, "
-              "and the share of the service's gain over that baseline (identity's utility minus it) the setting keeps "
-              "(none where it falls below the baseline, only its upper bound where that is not established). A share "
-              "is at most the whole gain by its meaning: a setting whose utility lies above the reference's "
-              f"({REFERENCE}'s, by chance or by noise that regularizes the service) keeps all of it, shown "
+              "and the share of the service's gain over that baseline (the reference's utility minus it) the setting "
+              "keeps (none where it falls below the baseline, only its upper bound where that is not established). A "
+              "share is at most the whole gain by its meaning: a setting whose utility lies above the reference's (by "
+              "chance, or by noise that regularizes the service) keeps all of it, shown "
               "'≥ 1 (above the reference)', and an interval's end above one is shown '≥ 1'.")
 LOCAL_HEAD = ("defense", "setting", "utility", "over the best local-only baseline", "share of the service's gain kept",
               "verdict")
@@ -236,7 +236,7 @@ def task_tables(index: dict[str, Any], joined: Joined, table: Matched) -> TaskTa
     checks = no_privacy_checks(table, index, joined.pending)
     check_table = make_table(
         [Column("defense", foreign=True), Column("setting", foreign=True), measure(Foreign(str(table.utility))),
-         Column(f"against {REFERENCE}", foreign=True)],
+         Column(f"against {table.reference}", foreign=True)],
         [Line((Cell(c.defense), Cell(c.setting), Cell(c.utility if c.utility is not None else "–"),
                Cell(c.text(table.ceiling))))
          for c in checks]) if checks else None
@@ -247,7 +247,7 @@ def task_tables(index: dict[str, Any], joined: Joined, table: Matched) -> TaskTa
     attacks = _attacks(table)
     at = []
     for f in FRACTIONS:
-        lines = [Line((Cell(Foreign(r.defense), tags=(Tag("reference"),) if r.defense == REFERENCE else ()),
+        lines = [Line((Cell(Foreign(r.defense), tags=(Tag("reference"),) if r.defense == table.reference else ()),
                        *(reading_cell(_find(table, a, f, r.defense)) for a in attacks)))
                  for r in (table.readings[attacks[0]][f] if attacks else [])]
         lines += [Line((Cell("best", strong=True), *(Cell(Foreign(table.verdicts[a][f])) for a in attacks))),
@@ -270,7 +270,7 @@ def matched_html(index: dict[str, Any], joined: Joined, tables: Sequence[Matched
         if table.ceiling is None:
             parts.append(f"<p class='note'>Not read: {e(table.note)}.</p>")
             continue
-        parts.append(f"<p>Ceiling ({REFERENCE}, {e(str(table.utility))}): {e(fmt_estimate(table.ceiling))}.</p>")
+        parts.append(f"<p>Ceiling ({e(str(table.reference))}, {e(str(table.utility))}): {e(fmt_estimate(table.ceiling))}.</p>")
         built = task_tables(index, joined, table)
         if built.checks is not None:
             parts.append(f"<p class='note'>{e(CEILING_NOTE)}</p>" + to_html(built.checks))
@@ -308,7 +308,7 @@ def matched_markdown(index: dict[str, Any], joined: Joined, tables: Sequence[Mat
         if table.ceiling is None:
             lines += [f"Not read: {t(table.note)}.", ""]
             continue
-        lines += [f"Ceiling ({REFERENCE}, {t(table.utility)}): {fmt_estimate(table.ceiling)}.", ""]
+        lines += [f"Ceiling ({t(table.reference)}, {t(table.utility)}): {fmt_estimate(table.ceiling)}.", ""]
         built = task_tables(index, joined, table)
         if built.checks is not None:
             lines += [CEILING_NOTE, "", *to_markdown(built.checks), ""]

@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from rapt_audit.api.plugins import ATTACKS, DEFENSES, WORST_CASE, load as load_plugins
+from rapt_audit.api.plugins import ATTACKS, WORST_CASE, capabilities_of, load as load_plugins
 from rapt_audit.api.types import AttackFailure, Estimate, Skip
 from rapt_audit.pipeline.config import settings_id
 from rapt_audit.pipeline.tidy import setting_key
@@ -142,8 +142,8 @@ class Row:
 
     @property
     def no_privacy(self) -> bool:
-        """The no-privacy reference: the identity defense, or η = ∞ / ε = ∞ with no replacement target."""
-        if self.defense == "identity":
+        """The no-privacy reference (:func:`is_reference`), or η = ∞ / ε = ∞ with no replacement target."""
+        if is_reference(self.defense):
             return True
         return self.params.get("replacement") is None and math.isinf(self.privacy_level)
 
@@ -212,10 +212,15 @@ class Group:
 
 
 def is_local_baseline(defense: str) -> bool:
-    """Whether ``defense`` is a local-only baseline (tagged ``local``: the client alone, releasing nothing): a
+    """Whether ``defense`` is a local-only baseline (declares ``local_only``: the client alone, releasing nothing): a
     utility reference drawn on every utility axis and compared with every defense, never a privacy candidate."""
-    load_plugins()
-    return defense in DEFENSES and "local" in DEFENSES.entry(defense).tags
+    return capabilities_of(defense).local_only
+
+
+def is_reference(defense: str) -> bool:
+    """Whether ``defense`` is the no-privacy reference (declares ``reference``): the ceiling every target is a share
+    of, shown for reference and never named best."""
+    return capabilities_of(defense).reference
 
 
 def is_estimator(attack: str) -> bool:
@@ -273,10 +278,10 @@ def _label(row: Row, varying: Iterable[str]) -> str:
         return ", ".join([f"client={row.params['client']}"] + [f"{k}={row.params[k]}" for k in varying if k != "client"])
     # A defense without η, ε or a replacement target (a plugin's ``p``, ``sigma``...) is labelled by the values of
     # its own parameters, in their order, even where they are its defaults: "default" said nothing comparable.
-    own = _own_parameters(row.params) if not parts and row.defense != "identity" else []
+    own = _own_parameters(row.params) if not parts and not is_reference(row.defense) else []
     parts += [f"{k}={_value_text(row.params[k])}" for k in own if row.params[k] is not None or k in varying]
     parts += [f"{k}={row.params[k]}" for k in varying if k in row.params and k not in own]
-    return ", ".join(parts) or ("no privacy" if row.defense == "identity" else "default")
+    return ", ".join(parts) or ("no privacy" if is_reference(row.defense) else "default")
 
 
 #: The first of the service's customization settings (``method``, ``epochs``, ...): a result lists a defense's
@@ -352,4 +357,5 @@ def fmt_estimate(est: Estimate, digits: int = 3) -> str:
     return " ".join(estimate_text(est, digits=digits))
 
 
-__all__ = ["PRIVACY_PARAMS", "DuplicateRunWarning", "Group", "Row", "fmt_estimate", "group_results", "safe_id"]
+__all__ = ["PRIVACY_PARAMS", "DuplicateRunWarning", "Group", "Row", "fmt_estimate", "group_results", "is_local_baseline",
+           "is_reference", "safe_id"]
